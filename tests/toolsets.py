@@ -1,0 +1,24 @@
+"""Tool definitions shared by the tests."""
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "days": {"type": "integer", "minimum": 1},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Search the web.",
+    "parameters": {"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}}}}
+READ = {"type": "function", "function": {
+    "name": "read", "description": "Read file contents",
+    "parameters": {"type": "object", "required": ["path"], "properties": {
+        "path": {"type": "string"}, "offset": {"type": "integer"}, "limit": {"type": "integer"},
+        "raw": {"type": "boolean"}, "ratio": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "note": {"type": ["string", "null"]}}}}}
+TOOLS = [WEATHER, SEARCH, READ]
+
+
+def ids():
+    """A deterministic call-id factory."""
+    n = iter(range(10**9))
+    return lambda: f"call_{next(n)}"
