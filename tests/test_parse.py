@@ -168,9 +168,9 @@ def test_no_tools_no_calls():
 
 
 def test_arguments_are_always_an_object():
-    for text in ('{"name": "get_weather", "arguments": [1, 2]}', '{"name": "get_weather", "arguments": null}',
+    for body in ('{"name": "get_weather", "arguments": [1, 2]}', '{"name": "get_weather", "arguments": null}',
                  '{"name": "get_weather", "arguments": 5}', '{"name": "get_weather"}'):
-        r = parse(text, TOOLS)
+        r = parse(f"<tool_call>{body}</tool_call>", TOOLS)
         assert isinstance(json.loads(r.calls[0].arguments), dict), text
 
 
@@ -188,3 +188,28 @@ def test_openai_message_shape():
     tc = msg["tool_calls"][0]
     assert tc["id"].startswith("call_") and len(tc["id"]) > 5 and tc["type"] == "function"
     assert json.loads(tc["function"]["arguments"]) == {"city": "Paris"}
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_response>\n{"name": "get_weather", "content": "sunny, 22C"}\n</tool_response>',  # a made-up result
+    '{"name": "get_weather"}',  # bare JSON naming a tool, with no arguments key
+    '{"name": "get_weather", "description": "Get the weather", "arguments": {"city": "x"}}',  # an echoed definition
+])
+def test_bare_json_must_look_like_a_call(text):
+    assert parse(text, TOOLS).calls == []
+
+
+def test_marked_call_without_arguments_key_is_a_call():
+    assert calls('<tool_call>{"name": "get_weather"}</tool_call>') == (None, [("get_weather", {})])
+
+
+def test_tool_results_must_answer_an_earlier_call():
+    from toolbridge import BadRequest, check_tool_results
+    ok = [{"role": "user", "content": "q"},
+          {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function",
+                                                                "function": {"name": "search", "arguments": "{}"}}]},
+          {"role": "tool", "tool_call_id": "c1", "content": "r"}]
+    check_tool_results(ok)
+    with pytest.raises(BadRequest) as e:
+        check_tool_results(ok + [{"role": "tool", "tool_call_id": "c2", "content": "r"}])
+    assert e.value.body()["error"]["param"] == "messages[3].tool_call_id"

@@ -10,7 +10,11 @@ from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, StreamParse
 
 from toolsets import TOOLS, ids
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+import os
+
+# TOOLBRIDGE_DEEP=1 runs 25x more examples (a soak run, not for CI).
+SETTINGS = settings(max_examples=10_000 if os.environ.get("TOOLBRIDGE_DEEP") else 400, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
 
 FRAGMENTS = ["<tool_call>", "</tool_call>", "<tool_", "{", "}", "[", "]", '"', "'", ":", ",", "\n", " ", "\\",
              "TOOL_CALL:", "TOOL_", "Action:", "Action Input:", "Act", "Thought:", "Final Answer:",

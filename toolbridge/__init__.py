@@ -9,12 +9,12 @@ from .errors import BadRequest
 from .parse import ParseResult, collect, parse
 from .render import render_messages, tools_instruction
 from .stream import CallArgs, CallEnd, CallStart, Content, Event, StreamParser, ToolCall, new_call_id
-from .tools import Tool, ToolChoice, normalize_tool_choice, normalize_tools
+from .tools import Tool, ToolChoice, check_tool_results, normalize_tool_choice, normalize_tools
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BadRequest", "CallArgs", "CallEnd", "CallStart", "Content", "DEFAULT_DIALECT", "DIALECTS", "Dialect",
-    "Event", "ParseResult", "StreamParser", "Tool", "ToolCall", "ToolChoice", "collect", "get_dialect",
+    "Event", "ParseResult", "StreamParser", "Tool", "ToolCall", "ToolChoice", "check_tool_results", "collect", "get_dialect",
     "new_call_id", "normalize_tool_choice", "normalize_tools", "parse", "render_messages", "tools_instruction",
 ]

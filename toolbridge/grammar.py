@@ -16,6 +16,7 @@ fill max_tokens with newlines.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -46,6 +47,23 @@ def frames(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice | None = 
     return out
 
 
+GENERIC_OBJECT: dict = {"type": "object"}
+
+
+def relax(tools: Sequence[Tool], accepts: Callable[[Tool], bool]) -> list[Tool]:
+    """The tools for a grammar, where a schema the engine cannot take is replaced by a generic
+    object: the call's frame stays constrained, and the parser still checks the arguments
+    against the real schema (validation uses the tool's own validator)."""
+    return [t if accepts(t) else dataclasses.replace(t, parameters=GENERIC_OBJECT) for t in tools]
+
+
+def separator(dialect: Dialect) -> str:
+    """Between strict calls: nothing (a newline would commit a weak model to another call;
+    with nothing between, it ends after a call unless it means to go on), except where the
+    start marker must begin a line."""
+    return "\n" if dialect.line_start else ""
+
+
 def structural_tag(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel: bool = True,
                    max_whitespace: int = MAX_WHITESPACE) -> dict:
     """xgrammar structural tag (vLLM `structured_outputs.structural_tag`)."""
@@ -56,7 +74,7 @@ def structural_tag(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, 
         fmt = {"type": "triggered_tags", "triggers": [dialect.grammar_trigger], "tags": tags,
                "at_least_one": False, "stop_after_first": not parallel}
     else:
-        fmt = {"type": "tags_with_separator", "tags": tags, "separator": "\n",
+        fmt = {"type": "tags_with_separator", "tags": tags, "separator": separator(dialect),
                "at_least_one": True, "stop_after_first": not parallel or choice.mode == "named"}
     return {"type": "structural_tag", "format": fmt}
 
@@ -124,8 +142,9 @@ def _only(node: dict, t: str) -> dict:
 
 # -- GBNF -----------------------------------------------------------------------------------
 
-SchemaRules = Callable[[dict, str], str]
-"""(schema, rule name) -> GBNF rules defining that rule (the engine's JSON-schema converter)."""
+SchemaRules = Callable[[list[tuple[str, dict]]], str]
+"""[(rule name, schema), ...] -> GBNF rules defining those rule names (and any helpers they
+use; never `root` or `tb-call`): the engine's JSON-schema converter."""
 
 
 def gbnf_literal(text: str) -> str:
@@ -137,24 +156,24 @@ def gbnf(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, schema_rul
          parallel: bool = True, after_trigger: bool = False) -> str:
     """A GBNF grammar for calls in `dialect`.
 
-    Strict (after_trigger=False): the whole answer is one call, or several joined by newlines
-    when parallel. Lazy (after_trigger=True): the text that follows the dialect's trigger,
+    Strict (after_trigger=False): the whole answer is one call, or several when parallel. Lazy (after_trigger=True): the text that follows the dialect's trigger,
     for generation continued from a prompt that ends with the trigger; one call.
     """
     trigger = dialect.grammar_trigger
-    rules: list[str] = []
+    pairs: list[tuple[str, dict]] = []
     alts = []
     for i, f in enumerate(frames(tools, dialect, choice)):
-        begin = f.begin[len(trigger):] if after_trigger else f.begin
         if after_trigger and not f.begin.startswith(trigger):
             raise ValueError(f"dialect {dialect.name!r}: trigger {trigger!r} does not start the call")
-        rules.append(schema_rules(f.schema, f"args{i}"))
-        alts.append(f"{gbnf_literal(begin)} args{i} {gbnf_literal(f.end)}")
+        begin = f.begin[len(trigger):] if after_trigger else f.begin
+        pairs.append((f"tb-args{i}", f.schema))
+        alts.append(f"( {gbnf_literal(begin)} tb-args{i} {gbnf_literal(f.end)} )")
     if not alts:
         raise ValueError("no tool can be called")
-    rules.append("call ::= " + " | ".join(f"( {a} )" for a in alts))
+    rules = [schema_rules(pairs).rstrip("\n"), "tb-call ::= " + " | ".join(alts)]
+    sep = separator(dialect)
     if after_trigger or not parallel:
-        rules.append("root ::= call")
+        rules.append("root ::= tb-call")
     else:
-        rules.append('root ::= call ( "\\n" call )*')
+        rules.append(f"root ::= tb-call ( {gbnf_literal(sep)} tb-call )*" if sep else "root ::= tb-call+")
     return "\n".join(rules) + "\n"

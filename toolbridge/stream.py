@@ -166,15 +166,14 @@ class StreamParser:
         if not self.finished:
             self.finished = True
             self._run(final=True)
-            mode = self.mode
-            if mode == JSON_BODY:
+            if self.mode == REACT_NAME:
+                self._react_name("", 0, final=True)
+            if self.mode in (REACT_GAP, REACT_INPUT):
+                self._end_react_call(complete=True)
+            elif self.mode == JSON_BODY:
                 self.reader.finish()
                 self._after_reader(final=True)
-            elif mode == REACT_NAME:
-                self._react_name("", 0, final=True)
-            elif mode in (REACT_GAP, REACT_INPUT):
-                self._end_react_call(complete=True)
-            elif mode == OPEN:
+            elif self.mode == OPEN:
                 self._fail()
             if self.pending:
                 self._run(final=True)
@@ -363,7 +362,7 @@ class StreamParser:
         if not keep_held:
             self.held = []
             self.fenced = False
-        self.router = _Router(self, slot)
+        self.router = _Router(self, slot, bare=not (dialect.open or keep_held))
         self.reader = LenientReader(self.router)
         self.router.reader = self.reader
         self.mode = JSON_BODY
@@ -633,10 +632,14 @@ S_NONE, S_NAME, S_ARGS, S_ARGSTR, S_IGNORE = range(5)
 
 class _Router:
     """Sink for one JSON body: finds the call objects in it and sends each call's arguments
-    to its slot. `args_slot` set: the body is the arguments of that call (ReAct)."""
+    to its slot. `args_slot` set: the body is the arguments of that call (ReAct).
 
-    def __init__(self, parser: StreamParser, args_slot: _Slot | None = None):
+    `bare`: no marker announced the JSON, so it is a call only if it looks like one: a
+    declared name and an arguments key, and no other keys before them."""
+
+    def __init__(self, parser: StreamParser, args_slot: _Slot | None = None, bare: bool = False):
         self.p = parser
+        self.bare = bare
         self.reader: LenientReader | None = None
         self.frames: list[list] = []  # [role, slot, key]
         self.args_slot = args_slot
@@ -711,7 +714,7 @@ class _Router:
             place = S_IGNORE  # an array is no arguments object
         self.sub, self.sub_slot, self.depth = place, slot, 0
         if place in (S_ARGS, S_ARGSTR):
-            slot.args_started = True
+            self._args_begin(slot)
         return True
 
     # -- sink -----------------------------------------------------------------------------------
@@ -752,7 +755,7 @@ class _Router:
         role, slot, _ = self.frames.pop()
         if role == R_CALL:
             self.open_slots.remove(slot)
-            if slot.name is None:
+            if slot.name is None or not (slot.committed or slot.dropped):
                 self.reject(slot)
             else:
                 slot.end(complete=not self.reader.repaired)
@@ -772,10 +775,9 @@ class _Router:
             return
         frame = self.frames[-1]
         frame[2] = name
-        if not self.checked:
-            self.checked = True
-            if name not in CALL_KEYS:
-                self.fail()
+        if name not in CALL_KEYS and (not self.checked or (self.bare and not self.committed)):
+            self.fail()
+        self.checked = True
 
     def begin_string(self) -> None:
         if self.sub:
@@ -788,18 +790,18 @@ class _Router:
             self.name_parts = []
         elif place == S_ARGSTR:
             self.sub, self.sub_slot = S_ARGSTR, slot
-            slot.args_started = True
             self.nested = None
             self.str_bare = []
+            self._args_begin(slot)
         elif place in (R_CALL, R_LIST, -1) and not self.committed and (
                 not self.frames or self.frames[-1][0] == R_LIST):
             self.fail()
             self.sub = S_IGNORE
         elif place == S_ARGS:  # ReAct input given as a string
             self.sub, self.sub_slot = S_ARGSTR, slot
-            slot.args_started = True
             self.nested = None
             self.str_bare = []
+            self._args_begin(slot)
         else:
             self.sub = S_IGNORE
 
@@ -839,12 +841,10 @@ class _Router:
             return
         place, slot = self._place("0")
         if place in (S_ARGS, S_ARGSTR):
-            slot.args_started = True
-            slot.args_done = True
             if value is not None:
+                self._args_begin(slot)
                 slot.wrap(value)
-            else:
-                slot.args_started = False
+                slot.args_done = True
         elif place == -1 and not self.committed and (not self.frames or self.frames[-1][0] == R_LIST):
             self.fail()
 
@@ -855,12 +855,21 @@ class _Router:
             self.reject(slot)
             return
         slot.name = tool.name
+        if slot.args_started or not self.bare:
+            self._start(slot)
+
+    def _args_begin(self, slot: _Slot) -> None:
+        slot.args_started = True
+        if slot.name is not None and not (slot.committed or slot.dropped):
+            self._start(slot)
+
+    def _start(self, slot: _Slot) -> None:
+        """The call in `slot` counts: start it (or drop it, over max_calls)."""
         if self.p._commit(slot):
             self.committed = True
             slot.start()
         else:
-            if not self.committed:
-                self.committed = True  # a well-formed call over max_calls: dropped, not content
+            self.committed = True  # a well-formed call over max_calls: dropped, not content
             slot.dropped = True
 
     def _argstr(self, text: str) -> None:

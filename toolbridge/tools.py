@@ -252,3 +252,19 @@ def _json_type(v: Any) -> str:
     if isinstance(v, list):
         return "array"
     return "object"
+
+
+def check_tool_results(messages: Iterable[Any]) -> None:
+    """OpenAI's rule for history: a `tool` message answers a call an earlier assistant turn
+    made (matched by tool_call_id); anything else is a bad request, not a prompt."""
+    ids: set[str] = set()
+    for i, m in enumerate(messages or ()):
+        m = _as_dict(m)
+        if not isinstance(m, Mapping):
+            continue
+        if m.get("role") == "assistant":
+            ids.update(_as_dict(tc).get("id") for tc in m.get("tool_calls") or () if isinstance(_as_dict(tc), Mapping))
+        elif m.get("role") == "tool" and m.get("tool_call_id") not in ids:
+            raise BadRequest(f"messages[{i}] is a tool result for {m.get('tool_call_id')!r}, but no earlier assistant "
+                             "message made a tool call with that id.", param=f"messages[{i}].tool_call_id",
+                             code="invalid_tool_call_id")

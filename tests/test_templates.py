@@ -1,0 +1,127 @@
+"""Packaged templates: generated from one source, rendered by transformers as vLLM calls it."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from toolbridge import parse
+from toolbridge.render import compile_template
+from toolbridge.templates import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
+
+from servers import ROOT
+from toolsets import SEARCH, WEATHER
+
+ESCAPE = {"type": "function", "function": {"name": "render_html", "description": "Shows {{ 7*7 }} and <b>bold</b> as is",
+                                           "parameters": {"type": "object", "properties": {
+                                               "html": {"type": "string", "description": "{% raw %}<i>x</i>"}}}}}
+TOOLS = [WEATHER, SEARCH, ESCAPE]
+# What vLLM hands the template: arguments as dicts, assistant content "" when null, tool messages without name.
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21C"},
+    {"role": "assistant", "content": "Sunny, 21C."},
+    {"role": "user", "content": [{"type": "text", "text": "And Rome?"}]},
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    transformers = pytest.importorskip("transformers")
+    from vllm_plugin.smollm2 import gguf_path
+
+    src = gguf_path()
+    return transformers.AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_checked_in_templates_equal_the_generator(name):
+    assert (ROOT / "templates" / f"{name}.jinja").read_text(encoding="utf-8") == generate(FAMILIES[name])
+
+
+def test_template_dir_holds_every_family():
+    assert {p.stem for p in template_dir().glob("*.jinja")} == set(FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_render_with_transformers(tokenizer, name):
+    tpl = (ROOT / "templates" / f"{name}.jinja").read_text(encoding="utf-8")
+    out = tokenizer.apply_chat_template(CONVERSATION, tools=TOOLS, chat_template=tpl, tokenize=False,
+                                        add_generation_prompt=True)
+    # the same text in our own renderer (used by the llama.cpp handler)
+    ours = compile_template(tpl).render(messages=CONVERSATION, tools=TOOLS, add_generation_prompt=True,
+                                        bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
+    assert out == ours
+    assert "You are terse." in out and "You can call these tools:" in out
+    assert "Shows {{ 7*7 }} and <b>bold</b> as is" in out and "{% raw %}<i>x</i>" in out
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in out
+    assert '"content": "sunny, 21C"' in out and "And Rome?" in out
+    if not supports_system_role(FAMILIES[name].stock):  # system text leads the first user turn
+        assert out.index("You are terse.") < out.index("Weather in Paris?")
+    # the call written into history parses back as the call it was
+    calls = parse(out[out.index("Weather in Paris?"):], [WEATHER]).calls
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_strict_alternation_kept(tokenizer, name):
+    """Consecutive tool results and a user turn are merged, so alternating templates don't raise."""
+    msgs = [{"role": "user", "content": "Two cities?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "A"}}},
+                {"id": "b", "type": "function", "function": {"name": "get_weather", "arguments": {"city": "B"}}}]},
+            {"role": "tool", "tool_call_id": "a", "content": "1"}, {"role": "tool", "tool_call_id": "b", "content": "2"},
+            {"role": "user", "content": "ok?"}]
+    tpl = (ROOT / "templates" / f"{name}.jinja").read_text(encoding="utf-8")
+    out = tokenizer.apply_chat_template(msgs, tools=[WEATHER], chat_template=tpl, tokenize=False, add_generation_prompt=True)
+    assert out.count("<tool_response>") == 2
+
+
+def test_stock_templates_do_raise_without_the_prelude():
+    """The check above means something: the stock Gemma template refuses what the wrapped one takes."""
+    with pytest.raises(Exception):
+        compile_template(FAMILIES["gemma"].stock).render(messages=CONVERSATION, add_generation_prompt=True)
+
+
+def test_wrap_is_idempotent_and_keeps_the_stock_template():
+    stock = FAMILIES["zephyr"].stock
+    once = wrap(stock)
+    assert once.endswith(stock) and unwrap(once) == stock and wrap(once) == once
+
+
+def test_wrap_a_broken_template_fails_early():
+    with pytest.raises(Exception):
+        wrap("{% for m in messages %}")
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "toolbridge", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_cli_list_and_path():
+    r = run_cli("templates", "list")
+    assert r.returncode == 0 and all(name in r.stdout for name in FAMILIES)
+    r = run_cli("templates", "path", "chatml")
+    assert r.returncode == 0 and r.stdout.strip().endswith("chatml.jinja")
+    assert open(r.stdout.strip(), encoding="utf-8").read() == generate(FAMILIES["chatml"])
+
+
+def test_cli_wrap_file_hf_directory_and_gguf(tmp_path):
+    from vllm_plugin.smollm2 import gguf_path
+
+    stock = FAMILIES["phi3"].stock
+    (tmp_path / "t.jinja").write_text(stock)
+    hf = tmp_path / "model"
+    hf.mkdir()
+    (hf / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{"name": "default", "template": stock}]}))
+    for src in (tmp_path / "t.jinja", hf, gguf_path()):
+        out = tmp_path / "out.jinja"
+        r = run_cli("templates", "wrap", str(src), "-o", str(out), "--dialect", "react")
+        assert r.returncode == 0, r.stderr
+        text = out.read_text()
+        assert text.endswith(read_stock(src)) and '"react"' in text
+    r = run_cli("templates", "wrap", str(tmp_path / "missing.jinja"), "-o", "-")
+    assert r.returncode == 1 and "cannot wrap" in r.stderr

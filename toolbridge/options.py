@@ -1,0 +1,44 @@
+"""toolbridge's per-request options, read alike by both engines.
+
+From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp the model's
+`chat_template_kwargs`), else the environment, else the defaults:
+
+- `tb_dialect` / TOOLBRIDGE_DIALECT: the call format prompts ask for (grammars follow it;
+  the parser reads every dialect anyway).
+- `tb_call_bias` / TOOLBRIDGE_CALL_BIAS: for `auto`, how many nats the first token of a call
+  is favoured at the answer's first position. Small models rank "start a call" well but
+  rarely enough to win greedy decoding; the bias turns that ranking into a decision (bench/
+  accuracy measured it). 0 turns it off.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from .dialects import Dialect, get_dialect
+
+DEFAULT_CALL_BIAS = 5.0
+
+
+@dataclass(frozen=True)
+class Options:
+    dialect: Dialect
+    call_bias: float
+
+
+def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os.environ) -> Options:
+    """Options from template kwargs, then environment, then defaults (ValueError when unknown)."""
+    kwargs = kwargs or {}
+    dialect = get_dialect(kwargs.get("tb_dialect") or env.get("TOOLBRIDGE_DIALECT") or None)
+    bias = kwargs.get("tb_call_bias", env.get("TOOLBRIDGE_CALL_BIAS", DEFAULT_CALL_BIAS))
+    try:
+        bias = float(bias)
+    except (TypeError, ValueError):
+        raise ValueError(f"tb_call_bias must be a number, not {bias!r}") from None
+    return Options(dialect, bias)
+
+
+def call_bias_tokens(dialect: Dialect, encode: Callable[[str], list[int]]) -> list[int]:
+    """The token a call starts with in this dialect (the first token of its trigger)."""
+    return list(encode(dialect.grammar_trigger)[:1])
