@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from typing import Any, Sequence
 
-from toolbridge import BadRequest, get_dialect, normalize_tool_choice, normalize_tools, parse
-from toolbridge.grammar import structural_tag
+from toolbridge import BadRequest, ToolChoice, check_tool_results, normalize_tool_choice, normalize_tools, parse
+from toolbridge.grammar import relax, structural_tag
+from toolbridge.options import call_bias_tokens, resolve
 from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, StreamParser
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
@@ -32,13 +32,7 @@ except ImportError:  # a release without structured outputs: parse only, never c
 
 log = logging.getLogger("toolbridge.vllm")
 NAME = "toolbridge"
-
-
-def request_dialect(request: Any):
-    """The dialect the prompt asked for: the request's `tb_dialect` chat-template kwarg, else
-    TOOLBRIDGE_DIALECT, else the default. Only grammars depend on it; parsing takes all."""
-    kwargs = getattr(request, "chat_template_kwargs", None) or {}
-    return get_dialect(kwargs.get("tb_dialect") or os.environ.get("TOOLBRIDGE_DIALECT") or None)
+BIAS_IDS, BIAS = "toolbridge_bias_ids", "toolbridge_bias"  # read by vllm_plugin.bias.CallBias
 
 
 class ToolbridgeToolParser(ToolParser):
@@ -62,21 +56,31 @@ class ToolbridgeToolParser(ToolParser):
     # -- request ---------------------------------------------------------------------------
     def adjust_request(self, request: Any) -> Any:
         """Constrain calls to the tools' schemas: lazily for auto, strictly for required and
-        named. A user's own response_format or structured output is left alone."""
+        named; for auto, ask for the first-position call bias. A user's own response_format
+        or structured output is left alone."""
         if not getattr(request, "tools", None) or request.tool_choice == "none":
             return request
         try:
+            check_tool_results(request.messages)
             tools = normalize_tools(request.tools)
             choice = normalize_tool_choice(request.tool_choice, tools)
-            dialect = request_dialect(request)
+            opts = resolve(getattr(request, "chat_template_kwargs", None))
         except (BadRequest, ValueError) as e:
             raise ValueError(str(e)) from None  # vLLM answers ValueError with 400
+        dialect = opts.dialect
         if dialect.stop:
             request.stop = list(dict.fromkeys(list(_as_list(request.stop)) + list(dialect.stop)))
-        if StructuredOutputsParams is None or _user_constrained(request):
+        if _user_constrained(request):
             return request
-        tag = structural_tag(tools, dialect, choice, parallel=request.parallel_tool_calls is not False)
-        spec = json.dumps(tag, ensure_ascii=False)
+        if choice.mode == "auto" and opts.call_bias and self.model_tokenizer is not None:
+            ids = call_bias_tokens(dialect, lambda t: self.model_tokenizer.encode(t, add_special_tokens=False))
+            request.vllm_xargs = {**(getattr(request, "vllm_xargs", None) or {}), BIAS_IDS: ids, BIAS: opts.call_bias}
+        if StructuredOutputsParams is None:
+            return request
+        one = ToolChoice("auto")
+        tools = relax(tools, lambda t: _compiles(structural_tag([t], dialect, one)))
+        spec = json.dumps(structural_tag(tools, dialect, choice, parallel=request.parallel_tool_calls is not False),
+                          ensure_ascii=False)
         if not _compiles(spec):
             log.warning("toolbridge: the structured-output backend cannot take this tool constraint; "
                         "calls are parsed unconstrained")
@@ -178,7 +182,7 @@ def _user_constrained(request: Any) -> bool:
                                   ("json", "regex", "choice", "grammar", "json_object", "structural_tag"))
 
 
-def _compiles(spec: str) -> bool:
+def _compiles(tag: dict | str) -> bool:
     """Whether xgrammar takes this structural tag (vLLM's auto backend would otherwise fail
     the request); without xgrammar, let vLLM decide."""
     try:
@@ -186,7 +190,7 @@ def _compiles(spec: str) -> bool:
     except ImportError:
         return True
     try:
-        xgrammar.Grammar.from_structural_tag(spec)
+        xgrammar.Grammar.from_structural_tag(tag if isinstance(tag, str) else json.dumps(tag, ensure_ascii=False))
     except Exception as e:  # xgrammar raises RuntimeError subclasses with the reason
         log.info("toolbridge: structural tag rejected: %s", e)
         return False

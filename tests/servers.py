@@ -1,0 +1,90 @@
+"""Real servers for end-to-end tests: start a process, wait until it answers, stop it.
+
+End-to-end tests fail (they do not skip) when an engine is missing, unless the run says
+otherwise with TOOLBRIDGE_SKIP_E2E=1, so CI cannot pass without having run them.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server subprocess whose output goes to a log file (shown when it fails to start)."""
+
+    def __init__(self, argv: list[str], port: int, ready_path: str = "/v1/models", env: dict | None = None,
+                 timeout: float = 600):
+        self.argv, self.port, self.ready_path, self.timeout = argv, port, ready_path, timeout
+        self.env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="toolbridge-server-", suffix=".log", delete=False)
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> "Server":
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
+                                     cwd=ROOT, start_new_session=True)
+        deadline = time.time() + self.timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}{self.ready_path}", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"server not ready after {self.timeout}s:\n{self.tail()}")
+
+    def tail(self, n: int = 60) -> str:
+        self.log.flush()
+        return "".join(Path(self.log.name).read_text(errors="replace").splitlines(True)[-n:])
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def __enter__(self) -> "Server":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def require(module: str) -> None:
+    """Fail (or skip, when TOOLBRIDGE_SKIP_E2E=1) when an engine is not installed."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec(module) is None:
+        if os.environ.get("TOOLBRIDGE_SKIP_E2E") == "1":
+            pytest.skip(f"{module} is not installed and TOOLBRIDGE_SKIP_E2E=1")
+        pytest.fail(f"{module} is not installed: end-to-end tests need it (set TOOLBRIDGE_SKIP_E2E=1 to skip)")
+
+
+PYTHON = sys.executable

@@ -1,0 +1,218 @@
+"""End to end: a real vLLM server (CPU build) serving SmolLM2-135M-Instruct with
+`--tool-call-parser toolbridge` and the packaged ChatML template, driven by the official
+openai client. The parser is found through the installed `vllm.general_plugins` entry point
+(no --tool-parser-plugin flag)."""
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from servers import PYTHON, ROOT, Server, free_port, require
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Search the web",
+    "parameters": {"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}}}}
+TOOLS = [WEATHER, SEARCH]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+MARKERS = ("<tool_call>", "</tool_call>", "TOOL_CALL:", "Action Input:", '"arguments"')
+
+
+@pytest.fixture(scope="module")
+def server():
+    require("vllm")
+    from vllm_plugin.smollm2 import hf_copy
+
+    model = hf_copy()
+    port = free_port()
+    argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "smollm2",
+            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096", "--dtype", "bfloat16",
+            "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
+            "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
+    with Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", timeout=300)
+
+
+def ask(client, stream: bool, **kw):
+    """One request; returns (content, [(id, name, arguments)], finish_reason), checking the
+    stream's shape on the way: id and name once per call, then argument fragments."""
+    kw = {"model": "smollm2", "temperature": 0, "max_tokens": 96, **kw}
+    if not stream:
+        r = client.chat.completions.create(**kw)
+        m = r.choices[0].message
+        calls = [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []]
+        return m.content, calls, r.choices[0].finish_reason
+    content, calls, finish = "", {}, None
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if not chunk.choices:
+            continue
+        ch = chunk.choices[0]
+        content += ch.delta.content or ""
+        for tc in ch.delta.tool_calls or []:
+            if tc.index not in calls:
+                assert tc.id and tc.type == "function" and tc.function.name, tc
+                calls[tc.index] = [tc.id, tc.function.name, tc.function.arguments or ""]
+            else:
+                assert not tc.id and not tc.function.name, f"name or id sent twice: {tc}"
+                calls[tc.index][2] += tc.function.arguments or ""
+        finish = ch.finish_reason or finish
+    return content or None, [tuple(c) for _, c in sorted(calls.items())], finish
+
+
+def check_calls(calls, allowed=SCHEMAS):
+    """OpenAI shape, declared names, schema-valid arguments."""
+    for cid, name, args in calls:
+        assert cid.startswith("call_") and len(cid) > 5
+        assert name in allowed
+        jsonschema.validate(json.loads(args), allowed[name])
+
+
+def no_markers(content):
+    assert not any(m in (content or "") for m in MARKERS), content
+
+
+def both(client, **kw):
+    """Non-stream and stream answers for the same request (temperature 0): they must agree."""
+    a = ask(client, False, **kw)
+    b = ask(client, True, **kw)
+    assert (a[0] or None, [x[1:] for x in a[1]], a[2]) == (b[0], [x[1:] for x in b[1]], b[2])
+    return a
+
+
+QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.mark.parametrize("choice", ["omitted", "auto"])
+def test_auto(client, choice):
+    kw = {} if choice == "omitted" else {"tool_choice": "auto"}
+    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS, **kw)
+    check_calls(calls)
+    no_markers(content)
+    assert finish == ("tool_calls" if calls else "stop") or finish == "length"
+    assert calls or content
+
+
+def test_auto_calls_when_the_history_shows_how(client):
+    """A conversation that has already used a tool: the model calls again, and the call is valid."""
+    msgs = [{"role": "user", "content": "What is the weather in Rome?"},
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+                "name": "get_weather", "arguments": json.dumps({"city": "Rome"})}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 24C"},
+            {"role": "assistant", "content": "It is sunny and 24C in Rome."},
+            {"role": "user", "content": "What is the weather in Paris?"}]
+    content, calls, finish = both(client, messages=msgs, tools=TOOLS)
+    check_calls(calls)
+    no_markers(content)
+    assert calls and finish == "tool_calls"
+
+
+def test_required(client):
+    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS, tool_choice="required")
+    assert calls and content is None and finish == "tool_calls"
+    check_calls(calls)
+
+
+def test_named(client):
+    choice = {"type": "function", "function": {"name": "search"}}
+    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS, tool_choice=choice)
+    assert [c[1] for c in calls] == ["search"]
+    check_calls(calls)
+
+
+def test_none(client):
+    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS, tool_choice="none")
+    assert not calls and content and finish in ("stop", "length")
+
+
+def test_second_turn_with_the_tool_result(client, server):
+    msgs = QUESTION + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_w1", "type": "function", "function": {
+            "name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {"role": "tool", "tool_call_id": "call_w1", "content": "rain, 12 degrees"}]
+    content, calls, finish = both(client, messages=msgs, tools=TOOLS)
+    check_calls(calls)
+    no_markers(content)
+    # what the model saw: the call in the dialect, the result matched to it by tool_call_id
+    r = httpx.post(f"{server.base_url}/chat/completions", timeout=120, json={
+        "model": "smollm2", "messages": msgs, "tools": TOOLS, "stream": True, "max_tokens": 1, "return_prompt_text": True})
+    prompt = json.loads(next(line for line in r.text.splitlines() if line.startswith("data: {"))[6:])["prompt_text"]
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>' in prompt
+    assert '{"name": "get_weather", "content": "rain, 12 degrees"}' in prompt
+
+
+@pytest.mark.parametrize("parallel", [True, False])
+def test_parallel_tool_calls(client, parallel):
+    msgs = [{"role": "user", "content": "Check the weather for Paris, Rome and Berlin."}]
+    content, calls, finish = both(client, messages=msgs, tools=TOOLS, tool_choice="required",
+                                  parallel_tool_calls=parallel, max_tokens=160)
+    check_calls(calls)
+    assert len(calls) >= 2 if parallel else len(calls) == 1
+
+
+def test_eight_concurrent_streams_each_get_their_own_calls(client):
+    results, errors = {}, []
+
+    def one(i):
+        tool = {"type": "function", "function": {"name": f"lookup_{i}", "description": f"Look up record {i}",
+                                                 "parameters": {"type": "object", "required": [f"key_{i}"],
+                                                                "properties": {f"key_{i}": {"type": "string"}}}}}
+        try:
+            results[i] = (tool, ask(client, True, messages=[{"role": "user", "content": f"Find record {i}."}],
+                                    tools=[tool], tool_choice="required", max_tokens=48))
+        except Exception as e:  # reported below with its index
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, (tool, (content, calls, finish)) in results.items():
+        assert calls, i
+        check_calls(calls, {tool["function"]["name"]: tool["function"]["parameters"]})
+
+
+def test_call_cut_off_by_max_tokens_is_not_a_finished_call(client):
+    content, calls, finish = ask(client, False, messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=8)
+    assert finish == "length" and not calls
+    content, calls, finish = ask(client, True, messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=8)
+    assert finish == "length"
+
+
+BAD = {
+    "unknown tool in tool_choice": dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
+    "parameters not a schema": dict(tools=[{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "strung"}}}}}]),
+    "tool_choice without tools": dict(tool_choice="required"),
+    "empty tools": dict(tools=[]),
+    "tool message answering no call": dict(tools=TOOLS, messages=QUESTION + [
+        {"role": "tool", "tool_call_id": "call_nope", "content": "x"}]),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_malformed_requests_are_400(client, case, stream):
+    kw = {"messages": QUESTION, **BAD[case]}
+    with pytest.raises(openai.BadRequestError) as e:
+        r = client.chat.completions.create(model="smollm2", max_tokens=4, stream=stream, **kw)
+        if stream:
+            list(r)
+    assert e.value.status_code == 400

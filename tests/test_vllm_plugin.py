@@ -1,0 +1,115 @@
+"""The vLLM adapter without a server: registration three ways, and request adjustment,
+through vLLM's own code (plugin import, request model, xgrammar)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from servers import ROOT, require
+from toolsets import SEARCH, TOOLS, WEATHER
+
+require("vllm")
+from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
+
+from vllm_plugin import ToolbridgeToolParser  # noqa: E402
+
+
+def registered_after(code: str) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter, then ask vLLM's registry for the parser."""
+    script = code + "\nfrom vllm.tool_parsers import ToolParserManager\nprint(ToolParserManager.get_tool_parser('toolbridge').__name__)"
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/")
+
+
+def test_plugin_by_module_name():
+    r = registered_after(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+                         "from vllm.tool_parsers import ToolParserManager\nToolParserManager.import_tool_parser('vllm_plugin')")
+    assert r.stdout.strip().endswith("ToolbridgeToolParser"), r.stderr[-2000:]
+
+
+def test_plugin_by_file_path():
+    path = ROOT / "vllm_plugin" / "toolbridge_parser.py"
+    r = registered_after(f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+                         f"from vllm.tool_parsers import ToolParserManager\nToolParserManager.import_tool_parser({str(path)!r})")
+    assert r.stdout.strip().endswith("ToolbridgeToolParser"), r.stderr[-2000:]
+
+
+def test_plugin_by_entry_point_without_flag():
+    """Installed, the `vllm.general_plugins` entry point registers it as vLLM builds its CLI."""
+    r = registered_after("from vllm.plugins import load_general_plugins\nload_general_plugins()")
+    assert r.stdout.strip().endswith("ToolbridgeToolParser"), r.stderr[-2000:]
+
+
+def test_unregistered_name_is_unknown_before_loading():
+    r = registered_after("")
+    assert r.returncode != 0
+
+
+def request(**kw):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS}
+    body.update(kw)
+    return ChatCompletionRequest.model_validate(body)
+
+
+def adjusted(**kw):
+    req = request(**kw)
+    ToolbridgeToolParser(None).adjust_request(req)
+    return req
+
+
+def tag_of(req):
+    assert req.structured_outputs is not None and req.structured_outputs.structural_tag
+    return json.loads(req.structured_outputs.structural_tag)["format"]
+
+
+def test_auto_is_lazy_on_the_dialect_marker():
+    fmt = tag_of(adjusted())
+    assert fmt["type"] == "triggered_tags" and fmt["triggers"] == ["<tool_call>"] and not fmt["at_least_one"]
+    assert [t["begin"] for t in fmt["tags"]][0] == '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert all(t["content"]["max_whitespace_cnt"] <= 2 for t in fmt["tags"])  # bounded whitespace
+
+
+def test_required_and_named_are_strict():
+    fmt = tag_of(adjusted(tool_choice="required"))
+    assert fmt["type"] == "tags_with_separator" and fmt["at_least_one"] and len(fmt["tags"]) == len(TOOLS)
+    fmt = tag_of(adjusted(tool_choice={"type": "function", "function": {"name": "search"}}))
+    assert [t["begin"] for t in fmt["tags"]] == ['<tool_call>\n{"name": "search", "arguments": ']
+    assert fmt["stop_after_first"]
+    assert tag_of(adjusted(tool_choice="required", parallel_tool_calls=False))["stop_after_first"]
+
+
+def test_dialect_from_template_kwargs_and_its_stop():
+    req = adjusted(chat_template_kwargs={"tb_dialect": "react"})
+    assert tag_of(req)["triggers"] == ["Action:"]
+    assert "\nObservation:" in req.stop
+
+
+def test_users_response_format_and_none_are_left_alone():
+    req = adjusted(response_format={"type": "json_object"})
+    assert req.structured_outputs is None
+    req = adjusted(tool_choice="none")
+    assert req.structured_outputs is None
+
+
+def test_bad_schema_is_a_value_error_so_vllm_answers_400():
+    bad = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": 5}}}}}
+    with pytest.raises(ValueError, match="not a valid JSON schema"):
+        adjusted(tools=[bad])
+
+
+def test_schema_the_backend_cannot_take_falls_back_per_tool():
+    odd = {"type": "function", "function": {"name": "odd", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(?<=x)y"}}}}}
+    fmt = tag_of(adjusted(tools=[WEATHER, odd], tool_choice="required"))
+    by_name = {t["begin"].split('"name": "')[1].split('"')[0]: t["content"]["json_schema"] for t in fmt["tags"]}
+    assert by_name["odd"] == {"type": "object"} and by_name["get_weather"]["required"] == ["city"]
+
+
+def test_structural_tags_compile_for_every_dialect():
+    import xgrammar
+
+    from toolbridge import DIALECTS
+    for name in DIALECTS:
+        for choice in ("auto", "required", {"type": "function", "function": {"name": "search"}}):
+            req = adjusted(tools=[WEATHER, SEARCH], tool_choice=choice, chat_template_kwargs={"tb_dialect": name})
+            xgrammar.Grammar.from_structural_tag(req.structured_outputs.structural_tag)
