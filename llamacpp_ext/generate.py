@@ -1,0 +1,214 @@
+"""Token generation in phases over one growing token sequence.
+
+`auto` is lazy: a free phase runs unconstrained and stops at the dialect's trigger; the
+trigger is kept, and a grammar phase continues on the same sequence (llama.cpp reuses the
+KV cache of the common prefix, so nothing is evaluated twice) until the call's grammar is
+complete; then a free phase again, for content or another call. Plain text therefore
+costs what it costs without tools. Stop strings, max_tokens and usage are counted here,
+across phases, because each phase is a separate `Llama.generate` run.
+"""
+from __future__ import annotations
+
+import codecs
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+import llama_cpp
+import numpy as np
+from llama_cpp import LlamaGrammar, LogitsProcessorList
+
+
+@dataclass
+class Sampling:
+    """The sampling parameters of a request, as `Llama.generate` takes them."""
+
+    temperature: float = 0.2
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    typical_p: float = 1.0
+    repeat_penalty: float = 1.1
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    tfs_z: float = 1.0
+    mirostat_mode: int = 0
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    logits_processor: LogitsProcessorList | None = None
+
+    def generate_kwargs(self) -> dict:
+        return dict(temp=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+                    typical_p=self.typical_p, repeat_penalty=self.repeat_penalty,
+                    presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
+                    tfs_z=self.tfs_z, mirostat_mode=self.mirostat_mode, mirostat_tau=self.mirostat_tau,
+                    mirostat_eta=self.mirostat_eta, logits_processor=self.logits_processor)
+
+
+def with_logit_bias(processors: Any, logit_bias: dict | None) -> LogitsProcessorList | None:
+    """The request's logits processors plus its logit_bias (as llama-cpp-python applies it)."""
+    out = LogitsProcessorList(processors or [])
+    if logit_bias:
+        ids = np.array([int(k) for k in logit_bias], dtype=np.intc)
+        bias = np.array([float(v) for v in logit_bias.values()], dtype=np.single)
+
+        def apply(_input_ids: Any, scores: Any) -> Any:
+            scores = np.copy(scores)
+            scores[ids] += bias
+            return scores
+
+        out.append(apply)
+    return out or None
+
+
+def first_token_bias(ids: list[int], bias: float, prompt_length: int):
+    """A logits processor that favours `ids` at the answer's first token only (the `auto`
+    call bias of toolbridge.options)."""
+    idx = np.array(ids, dtype=np.intc)
+
+    def apply(input_ids: Any, scores: Any) -> Any:
+        if len(input_ids) != prompt_length:
+            return scores
+        scores = np.copy(scores)
+        scores[idx] += bias
+        return scores
+
+    return apply
+
+
+# How a phase ended.
+EOG, STOP, LENGTH, TRIGGER = "eog", "stop", "length", "trigger"
+
+
+class Session:
+    """One answer: the prompt, then everything generated or inserted, as one token list."""
+
+    def __init__(self, llama: llama_cpp.Llama, prompt_text: str, prompt_tokens: Sequence[int], sampling: Sampling,
+                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str]):
+        self.llama = llama
+        self.prompt_text = prompt_text
+        self.tokens = list(prompt_tokens)
+        self.n_prompt = len(self.tokens)
+        self.sampling = sampling
+        n_ctx = llama.n_ctx()
+        self.max_tokens = n_ctx - self.n_prompt if not max_tokens or max_tokens <= 0 else max_tokens
+        self.stop = [s for s in dict.fromkeys(stop) if s]
+        self.seed = seed if seed is not None else random.Random(llama._seed).randint(0, 2**32)
+        self.completion_tokens = 0
+        self.text = ""  # all text kept so far
+        self.phases = 0
+        self.ended = ""
+
+    @property
+    def budget(self) -> int:
+        return min(self.max_tokens - self.completion_tokens, self.llama.n_ctx() - len(self.tokens))
+
+    def phase(self, grammar: LlamaGrammar | None = None, trigger: str | None = None,
+              line_start: bool = False, stop: Sequence[str] = ()) -> Iterator[str]:
+        """Generate until end of generation, a stop string, the budget, or (when given) the
+        trigger; yield the text as it becomes final (never a possible start of a stop
+        string; `stop` adds stop strings for this phase). Sets `ended`. On the trigger, the
+        text up to and including it is kept and the token list is cut to match, ready for the
+        next phase."""
+        if self.budget <= 0:
+            self.ended = LENGTH
+            return
+        llama = self.llama
+        llama.set_seed((self.seed + self.phases) % 2**32)
+        self.phases += 1
+        watch = self.stop + [s for s in stop if s and s not in self.stop] + ([trigger] if trigger else [])
+        start = len(self.tokens)
+        ends: list[int] = []  # byte length of this phase's pieces after each token
+        nbytes = 0
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        kept: list[str] = []  # text of this phase already yielded
+        pending = ""
+        vocab = llama._model.vocab
+        self.ended = LENGTH
+        gen = llama.generate(self.tokens, grammar=grammar, **self.sampling.generate_kwargs())
+        try:
+            for token in gen:
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    self.ended = EOG
+                    break
+                piece = llama.detokenize([token], prev_tokens=self.tokens)
+                self.tokens.append(token)
+                self.completion_tokens += 1
+                nbytes += len(piece)
+                ends.append(nbytes)
+                pending += decoder.decode(piece)
+                hit = self._find(pending, watch, trigger, line_start, kept)
+                if hit is not None:
+                    at, found = hit
+                    if pending[:at]:
+                        kept.append(pending[:at])
+                        yield pending[:at]
+                    pending = ""
+                    if found == trigger:
+                        kept.append(trigger)
+                        yield trigger
+                        self.ended = TRIGGER
+                    else:
+                        self.ended = STOP
+                    break
+                hold = _held(pending, watch)
+                if len(pending) > hold:
+                    out = pending[:len(pending) - hold]
+                    pending = pending[len(pending) - hold:]
+                    kept.append(out)
+                    yield out
+                if self.budget <= 0:
+                    break
+        finally:
+            gen.close()
+        if self.ended != TRIGGER:
+            pending += decoder.decode(b"", final=True)
+            if pending and self.ended != STOP:
+                kept.append(pending)
+                yield pending
+        phase_text = "".join(kept)
+        self.text += phase_text
+        if self.ended == TRIGGER:
+            self._align(start, ends, phase_text)
+
+    def _find(self, pending: str, watch: list[str], trigger: str | None, line_start: bool,
+              kept: list[str]) -> tuple[int, str] | None:
+        best: tuple[int, str] | None = None
+        for w in watch:
+            at = pending.find(w)
+            while at >= 0 and w == trigger and line_start and not self._at_line_start(pending, at, kept):
+                at = pending.find(w, at + 1)
+            if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(w) > len(best[1]))):
+                best = (at, w)
+        return best
+
+    def _at_line_start(self, pending: str, at: int, kept: list[str]) -> bool:
+        before = (self.text + "".join(kept) + pending[:at]).rstrip(" \t")
+        return not before or before.endswith("\n")
+
+    def _align(self, start: int, ends: list[int], phase_text: str) -> None:
+        """Cut the token list to exactly the kept text: whole tokens inside it, then the
+        rest (a token that ran past the trigger) tokenized anew."""
+        llama = self.llama
+        want = phase_text.encode("utf-8")
+        k = 0
+        while k < len(ends) and ends[k] <= len(want):
+            k += 1
+        done = ends[k - 1] if k else 0
+        rest = want[done:]
+        tail = llama.tokenize(rest, add_bos=False, special=False) if rest else []
+        if llama.detokenize(tail) == rest:
+            self.tokens = self.tokens[:start + k] + tail
+        else:  # tokenizers that prefix a space (SentencePiece): tokenize all the text instead
+            self.tokens = llama.tokenize((self.prompt_text + self.text).encode("utf-8"), add_bos=False, special=True)
+
+
+def _held(pending: str, watch: list[str]) -> int:
+    """Length of the longest end of `pending` that may still become one of `watch`."""
+    best = 0
+    for w in watch:
+        for k in range(min(len(w) - 1, len(pending)), best, -1):
+            if pending.endswith(w[:k]):
+                best = k
+                break
+    return best

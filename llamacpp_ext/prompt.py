@@ -1,0 +1,85 @@
+"""The prompt: the model's chat template (the GGUF's own, or a packaged or given one) behind
+the core's prelude, rendered to text and tokens.
+
+Options come from the model's `chat_template_kwargs` (CLI `--chat_template_kwargs` or the
+config file): `tb_template` ("gguf", a packaged family name, or a path to a template file,
+model directory or GGUF), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and
+`tb_call_bias` (toolbridge.options). Every other key is passed to the template as a variable,
+as llama-cpp-python's Jinja handlers do.
+"""
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+from typing import Any, Sequence
+
+import jinja2
+import llama_cpp
+from toolbridge.options import resolve
+from toolbridge.render import compile_template, plain_data
+from toolbridge.templates import FAMILIES, read_stock, template_path, wrap
+
+log = logging.getLogger("toolbridge.llamacpp")
+
+OPTION_KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias")
+_TEMPLATES: dict[tuple, jinja2.Template] = {}
+_LOCK = threading.Lock()
+
+
+def stock_template(llama: llama_cpp.Llama | None, source: str | None) -> str:
+    """The stock template named by `source` (None or "gguf": the model's own)."""
+    if source in (None, "", "gguf"):
+        stock = (llama.metadata or {}).get("tokenizer.chat_template") if llama is not None else None
+        if stock:
+            return stock
+        log.warning("toolbridge: the model has no chat template; using the packaged chatml one")
+        source = "chatml"
+    if source in FAMILIES:
+        return template_path(source).read_text(encoding="utf-8")
+    return read_stock(source)
+
+
+def check_options(options: dict) -> None:
+    """Fail early (at server start) on unknown options or an unreadable template."""
+    resolve(options)
+    stock_template(None, options.get("tb_template") or "chatml")
+
+
+def template(llama: llama_cpp.Llama, options: dict) -> jinja2.Template:
+    """The tool-capable template for this model and these options (built once)."""
+    dialect = resolve(options).dialect
+    example = options.get("tb_example", True) is not False
+    system_role = options.get("tb_system_role")
+    source = options.get("tb_template")
+    key = (id(llama._model), source, dialect.name, example, system_role)
+    with _LOCK:
+        found = _TEMPLATES.get(key)
+    if found is None:
+        src = wrap(stock_template(llama, source), dialect=dialect.name, example=example,
+                   system_role=None if system_role is None else bool(system_role))
+        found = compile_template(src)
+        with _LOCK:
+            _TEMPLATES[key] = found
+    return found
+
+
+def special_text(llama: llama_cpp.Llama, token: int) -> str:
+    return llama._model.token_get_text(token) if token != -1 else ""
+
+
+def render(llama: llama_cpp.Llama, messages: Sequence[Any], tools: Sequence[Any], options: dict,
+           force: str | None = None, variables: dict | None = None) -> str:
+    """The prompt text: messages (and tools, when given) through the wrapped template."""
+    extra = {k: v for k, v in (variables or {}).items() if k not in OPTION_KEYS}
+    if force:
+        extra["tb_force"] = force
+    return template(llama, options).render(
+        messages=plain_data(list(messages)), tools=plain_data(list(tools)), add_generation_prompt=True,
+        bos_token=special_text(llama, llama.token_bos()), eos_token=special_text(llama, llama.token_eos()),
+        strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt), **extra)
+
+
+def tokenize(llama: llama_cpp.Llama, prompt: str) -> list[int]:
+    """Prompt tokens: the template owns BOS, as in llama-cpp-python's Jinja handlers."""
+    return llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
