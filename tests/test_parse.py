@@ -213,3 +213,17 @@ def test_tool_results_must_answer_an_earlier_call():
     with pytest.raises(BadRequest) as e:
         check_tool_results(ok + [{"role": "tool", "tool_call_id": "c2", "content": "r"}])
     assert e.value.body()["error"]["param"] == "messages[3].tool_call_id"
+
+
+@pytest.mark.parametrize("text", [
+    "{'a': 1}", '{"a": 1,}', '{"a": True, "b": None}', '{a: "x"}', '{"a": {"b": "c"', '{"a": "Par',
+    '{"a": 1 "b": 2}', "[1, 2,", "{\"a\": [1, {\"b\": 'x'}]}", '{"a": "x\\ny", "b": -1.5e3}',
+])
+def test_lenient_reader_repairs_as_json_repair_does(text):
+    """The streaming reader (written for O(1) work per delta, which json-repair's whole-text
+    repair cannot give) agrees with json-repair on the repairs models need."""
+    import json_repair
+
+    from toolbridge.lenient import loads
+
+    assert loads(text)[0] == json_repair.loads(text)

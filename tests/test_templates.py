@@ -92,6 +92,18 @@ def test_wrap_is_idempotent_and_keeps_the_stock_template():
     assert once.endswith(stock) and unwrap(once) == stock and wrap(once) == once
 
 
+def test_wrap_a_template_with_generation_tags(tokenizer):
+    """Newer templates (SmolLM3's) mark assistant turns with {% generation %}; both renderers agree."""
+    stock = ("{% for m in messages %}<|{{ m.role }}|>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+             "{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}"
+             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    tpl = wrap(stock)
+    out = tokenizer.apply_chat_template(CONVERSATION, tools=TOOLS, chat_template=tpl, tokenize=False,
+                                        add_generation_prompt=True)
+    assert out == compile_template(tpl).render(messages=CONVERSATION, tools=TOOLS, add_generation_prompt=True)
+    assert "<|assistant|>Sunny, 21C." in out and "You can call these tools:" in out
+
+
 def test_wrap_a_broken_template_fails_early():
     with pytest.raises(Exception):
         wrap("{% for m in messages %}")

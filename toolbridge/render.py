@@ -21,7 +21,9 @@ import json
 from typing import Any, Iterable, Mapping
 
 import jinja2
-from jinja2.ext import loopcontrols
+import jinja2.nodes
+import jinja2.parser
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .dialects import DEFAULT_DIALECT, DIALECTS, Dialect, get_dialect, template_table
@@ -160,10 +162,22 @@ def _raise(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
 
+class _GenerationTags(Extension):
+    """`{% generation %}...{% endgeneration %}` renders its body (transformers uses the tags to
+    mark assistant tokens; templates such as SmolLM3's contain them)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[jinja2.nodes.Node]:
+        next(parser.stream)
+        return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+
 def environment() -> jinja2.Environment:
     """A sandboxed environment set up like transformers' chat-template renderer, so a
     template renders the same here as under vLLM."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols, _GenerationTags])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     return env

@@ -3,7 +3,7 @@
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
 `--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unbiased.
 It touches only requests whose sampling params carry toolbridge's keys (set by the tool
-parser's adjust_request), and only their first generated token.
+parser's adjust_request), and only at the answer's start (toolbridge.options.steer).
 """
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any, Callable
 
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-IDS_KEY, BIAS_KEY = "toolbridge_bias_ids", "toolbridge_bias"
+from toolbridge.options import steer
+
+IDS_KEY, RESULT_KEY, BIAS_KEY = "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_bias"
 
 
 class CallBias(AdapterLogitsProcessor):
@@ -23,12 +25,15 @@ class CallBias(AdapterLogitsProcessor):
         ids, bias = args.get(IDS_KEY), args.get(BIAS_KEY)
         if not ids or not bias:
             return None
-        ids = [int(i) for i in ids]
+        call = [int(i) for i in ids]
+        result = [int(i) for i in args.get(RESULT_KEY) or []]
         bias = float(bias)
+        horizon = max(1, len(result))
 
-        def first_token(output_ids: list[int], logits: Any) -> Any:
-            if not output_ids:
-                logits[ids] += bias
+        def at_start(output_ids: list[int], logits: Any) -> Any:
+            if len(output_ids) < horizon:
+                for token, change in steer(call, result, bias, output_ids):
+                    logits[token] += change
             return logits
 
-        return first_token
+        return at_start

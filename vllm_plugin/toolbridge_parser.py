@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from toolbridge import BadRequest, ToolChoice, check_tool_results, normalize_tool_choice, normalize_tools, parse
 from toolbridge.grammar import relax, structural_tag
-from toolbridge.options import call_bias_tokens, resolve
+from toolbridge.options import call_bias_tokens, resolve, result_tokens, steers
 from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, StreamParser
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
@@ -32,7 +32,7 @@ except ImportError:  # a release without structured outputs: parse only, never c
 
 log = logging.getLogger("toolbridge.vllm")
 NAME = "toolbridge"
-BIAS_IDS, BIAS = "toolbridge_bias_ids", "toolbridge_bias"  # read by vllm_plugin.bias.CallBias
+BIAS_IDS, RESULT_IDS, BIAS = "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_bias"  # read by vllm_plugin.bias
 
 
 class ToolbridgeToolParser(ToolParser):
@@ -72,9 +72,10 @@ class ToolbridgeToolParser(ToolParser):
             request.stop = list(dict.fromkeys(list(_as_list(request.stop)) + list(dialect.stop)))
         if _user_constrained(request):
             return request
-        if choice.mode == "auto" and opts.call_bias and self.model_tokenizer is not None:
-            ids = call_bias_tokens(dialect, lambda t: self.model_tokenizer.encode(t, add_special_tokens=False))
-            request.vllm_xargs = {**(getattr(request, "vllm_xargs", None) or {}), BIAS_IDS: ids, BIAS: opts.call_bias}
+        if choice.mode == "auto" and opts.call_bias and self.model_tokenizer is not None and steers(request.messages):
+            encode = lambda t: self.model_tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+            request.vllm_xargs = {**(getattr(request, "vllm_xargs", None) or {}), BIAS: opts.call_bias,
+                                  BIAS_IDS: call_bias_tokens(dialect, encode), RESULT_IDS: result_tokens(dialect, encode)}
         if StructuredOutputsParams is None:
             return request
         one = ToolChoice("auto")
