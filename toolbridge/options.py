@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .dialects import Dialect, get_dialect
+from .tools import _as_dict
 
 DEFAULT_CALL_BIAS = 5.0
 
@@ -52,7 +53,7 @@ def call_bias_tokens(dialect: Dialect, encode: Callable[[str], list[int]]) -> li
 def steers(messages: Sequence[Any]) -> bool:
     """Whether the `auto` call bias applies: the answer follows a user turn."""
     for m in reversed(list(messages or ())):
-        m = m.model_dump() if hasattr(m, "model_dump") else m
+        m = _as_dict(m)
         role = m.get("role") if isinstance(m, Mapping) else None
         if role != "system":
             return role == "user"
