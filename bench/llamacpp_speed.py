@@ -14,6 +14,7 @@ completion tokens / wall time of the request (prompt already cached: this is dec
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -27,8 +28,10 @@ from llama_cpp.llama_chat_format import get_chat_completion_handler  # noqa: E40
 
 from llamacpp_ext import register  # noqa: E402
 from llamacpp_ext.__main__ import default_model  # noqa: E402
-from tests.toolsets import TOOLS  # noqa: E402
 
+# three tools of the accuracy bench: the prompt a small agent sends
+_SPECS = json.loads((ROOT / "bench" / "accuracy" / "tools.json").read_text())
+TOOLS = [{"type": "function", "function": {"name": n, **_SPECS[n]}} for n in ("get_weather", "search_web", "send_email")]
 STORY = [{"role": "user", "content": "Write a long story about a dragon who learns to cook."}]
 MEMORY = {"type": "function", "function": {
     "name": "create_entities", "description": "Create multiple new entities in the knowledge graph",

@@ -11,21 +11,23 @@ from __future__ import annotations
 
 import codecs
 import random
-from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar, LogitsProcessorList
 
-from toolbridge.options import steer
+from toolbridge.steer import Steering
+
+from .compat import base_seed, is_end_of_generation
 
 
 @dataclass
 class Sampling:
-    """The sampling parameters of a request, as `Llama.generate` takes them."""
+    """The sampling parameters of a request, named as `Llama.generate` takes them."""
 
-    temperature: float = 0.2
+    temp: float = 0.2
     top_p: float = 0.95
     top_k: int = 40
     min_p: float = 0.05
@@ -40,11 +42,7 @@ class Sampling:
     logits_processor: LogitsProcessorList | None = None
 
     def generate_kwargs(self) -> dict:
-        return dict(temp=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
-                    typical_p=self.typical_p, repeat_penalty=self.repeat_penalty,
-                    presence_penalty=self.presence_penalty, frequency_penalty=self.frequency_penalty,
-                    tfs_z=self.tfs_z, mirostat_mode=self.mirostat_mode, mirostat_tau=self.mirostat_tau,
-                    mirostat_eta=self.mirostat_eta, logits_processor=self.logits_processor)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def with_logit_bias(processors: Any, logit_bias: dict | None) -> LogitsProcessorList | None:
@@ -63,15 +61,13 @@ def with_logit_bias(processors: Any, logit_bias: dict | None) -> LogitsProcessor
     return out or None
 
 
-def marker_bias(call: list[int], result: list[int], bias: float, prompt_length: int):
-    """A logits processor for the `auto` call bias at the answer's start (toolbridge.options.steer)."""
-    horizon = max(1, len(result))
-
+def steering_processor(steering: Steering, prompt_length: int) -> Callable:
+    """The `auto` steering (toolbridge.steer) as a llama-cpp-python logits processor."""
     def apply(input_ids: Any, scores: Any) -> Any:
         output = input_ids[prompt_length:]
-        if len(output) >= horizon:
+        if len(output) >= steering.horizon:
             return scores
-        changes = steer(call, result, bias, [int(t) for t in output])
+        changes = steering.changes([int(t) for t in output])
         if not changes:
             return scores
         scores = np.copy(scores)
@@ -90,16 +86,19 @@ class Session:
     """One answer: the prompt, then everything generated or inserted, as one token list."""
 
     def __init__(self, llama: llama_cpp.Llama, prompt_text: str, prompt_tokens: Sequence[int], sampling: Sampling,
-                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str]):
+                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str], steering: Steering | None = None):
         self.llama = llama
         self.prompt_text = prompt_text
         self.tokens = list(prompt_tokens)
         self.n_prompt = len(self.tokens)
+        if steering is not None:
+            sampling.logits_processor = LogitsProcessorList([*(sampling.logits_processor or []),
+                                                             steering_processor(steering, len(self.tokens))])
         self.sampling = sampling
         n_ctx = llama.n_ctx()
         self.max_tokens = n_ctx - self.n_prompt if not max_tokens or max_tokens <= 0 else max_tokens
         self.stop = [s for s in dict.fromkeys(stop) if s]
-        self.seed = seed if seed is not None else random.Random(llama._seed).randint(0, 2**32)
+        self.seed = seed if seed is not None else random.Random(base_seed(llama)).randint(0, 2**32)
         self.completion_tokens = 0
         self.text = ""  # all text kept so far
         self.phases = 0
@@ -129,12 +128,11 @@ class Session:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         kept: list[str] = []  # text of this phase already yielded
         pending = ""
-        vocab = llama._model.vocab
         self.ended = LENGTH
         gen = llama.generate(self.tokens, grammar=grammar, **self.sampling.generate_kwargs())
         try:
             for token in gen:
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                if is_end_of_generation(llama, token):
                     self.ended = EOG
                     break
                 piece = llama.detokenize([token], prev_tokens=self.tokens)

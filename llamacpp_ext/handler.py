@@ -1,8 +1,9 @@
 """The `toolbridge` chat handler: OpenAI tool calls from a model whose template has none.
 
-A request goes: checks (400 on bad input) -> prompt (the model's template behind the core's
-prelude) -> generation (generate.Session: lazy grammar for `auto`, strict for `required` and
-named, none for `none` or no tools) -> the core's StreamParser -> OpenAI response or chunks.
+A request goes: the core's decision (toolbridge.request.prepare; 400 on bad input) -> prompt
+(the model's template behind the core's prelude, prompt.py) -> generation (generate.Session:
+lazy grammar for `auto`, strict for `required` and named, none for plain text) -> the core's
+parser -> an OpenAI response, or chunks (toolbridge.deltas).
 """
 from __future__ import annotations
 
@@ -10,22 +11,23 @@ import json
 import time
 import uuid
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import llama_cpp
 from llama_cpp import LlamaGrammar
-from toolbridge import BadRequest, Tool, ToolChoice
-from toolbridge.dialects import Dialect
-from toolbridge.options import call_bias_tokens, resolve, result_tokens, steers
+
+from toolbridge import BadRequest
+from toolbridge.data import plain_data
+from toolbridge.deltas import delta, message
+from toolbridge.events import CallEnd, Content, Event
 from toolbridge.parse import collect
-from toolbridge.render import plain_data
-from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, Event, StreamParser
+from toolbridge.request import LAZY, PLAIN, STRICT, ToolRequest, prepare
+from toolbridge.steer import Steering
 
 from . import prompt
-from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, marker_bias, with_logit_bias
-from .grammar import compiles, response_grammar, tool_grammar
-from .validate import check_request
+from .compat import token_text
+from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, with_logit_bias
+from .grammar import tool_grammar, user_grammar
 
 # Request fields llama-cpp-python's request model drops; the server middleware puts them here.
 REQUEST_OPTIONS: ContextVar[dict] = ContextVar("toolbridge_request_options", default={})
@@ -39,19 +41,6 @@ class RequestError(ValueError):
     def __init__(self, error: BadRequest):
         super().__init__(ERROR_PREFIX + json.dumps(error.body()["error"]))
         self.error = error
-
-
-@dataclass
-class Plan:
-    """What to generate: `plain` (no tools, or tool_choice none), `user` (the request's own
-    grammar, calls parsed from the output), `strict` (required/named), `lazy` (auto)."""
-
-    mode: str
-    tools: list[Tool]
-    choice: ToolChoice
-    dialect: Dialect
-    parallel: bool
-    grammar: LlamaGrammar | None = None
 
 
 def toolbridge_chat_handler(
@@ -69,15 +58,12 @@ def toolbridge_chat_handler(
     server's request model drops come from REQUEST_OPTIONS."""
     request = {**REQUEST_OPTIONS.get(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs}}
     try:
-        found_tools, choice = check_request({"tools": tools, "tool_choice": tool_choice, "functions": functions,
-                                             "function_call": function_call, "messages": messages})
-        user = _user_grammar(llama, grammar, response_format)
-        opts = resolve(kwargs)
-        dialect = opts.dialect
-        parallel = request.get("parallel_tool_calls") is not False
-        plan = _plan(llama, found_tools, choice, dialect, parallel, user)
-        text = prompt.render(llama, messages, found_tools if plan.mode != "plain" else [], kwargs,
-                             force=_force(choice) if plan.mode != "plain" else None, variables=kwargs)
+        user = user_grammar(llama, grammar, plain_data(response_format))
+        req = prepare(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
+                      function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
+                      template_kwargs=kwargs, stop=stop, user_constraint=user is not None)
+        constraint, lazy = _constraint(llama, req, user)
+        text = prompt.render(llama, messages, req, kwargs)
         tokens = prompt.tokenize(llama, text)
         if len(tokens) >= llama.n_ctx():
             raise BadRequest(f"Requested tokens ({len(tokens)}) exceed context window of {llama.n_ctx()}",
@@ -88,93 +74,83 @@ def toolbridge_chat_handler(
             return iter([e.body()])
         raise RequestError(e) from None
 
-    eos = prompt.special_text(llama, llama.token_eos())
-    stops = ([stop] if isinstance(stop, str) else list(stop or [])) + list(dialect.stop) + ([eos] if eos else [])
-    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
+    eos = token_text(llama, llama.token_eos())
+    sampling = Sampling(temp=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                         repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                         frequency_penalty=frequency_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                         logits_processor=with_logit_bias(logits_processor, logit_bias))
-    if plan.mode == "lazy" and opts.call_bias and steers(messages):
-        encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
-        bias = marker_bias(call_bias_tokens(dialect, encode), result_tokens(dialect, encode), opts.call_bias, len(tokens))
-        sampling.logits_processor = llama_cpp.LogitsProcessorList([*(sampling.logits_processor or []), bias])
-    session = Session(llama, text, tokens, sampling, seed=seed, max_tokens=max_tokens, stop=stops)
-    answer = Answer(session, plan, model or llama.model_path)
+    steering = _steering(llama, req) if req.steer and lazy else None
+    session = Session(llama, text, tokens, sampling, seed=seed, max_tokens=max_tokens,
+                      stop=[*req.stop, *([eos] if eos else [])], steering=steering)
+    answer = Answer(session, req, constraint, lazy, model or llama.model_path)
     if stream:
-        include_usage = bool((request.get("stream_options") or {}).get("include_usage"))
-        return answer.chunks(include_usage)
+        return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
     return answer.response()
 
 
-def _force(choice: ToolChoice) -> str | None:
-    return "required" if choice.mode == "required" else choice.name if choice.mode == "named" else None
+def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | None) -> tuple[LlamaGrammar | None, bool]:
+    """The grammar the answer is generated under, and whether it is lazy (armed by the trigger)."""
+    if req.mode == STRICT:
+        return tool_grammar(llama, req.toolset, req.dialect, req.choice, after_trigger=False,
+                            parallel=req.parallel and req.choice.mode == "required"), False
+    if req.mode == LAZY:
+        g = tool_grammar(llama, req.toolset, req.dialect, req.choice, parallel=False, after_trigger=True)
+        return g, g is not None
+    return user, False
 
 
-def _user_grammar(llama: llama_cpp.Llama, grammar: LlamaGrammar | None, response_format: Any) -> LlamaGrammar | None:
-    """The request's own constraint, checked (the stock server would crash on a bad grammar)."""
-    if grammar is not None:
-        if not compiles(llama, grammar._grammar, grammar._root):
-            raise BadRequest("grammar is not a valid GBNF grammar.", param="grammar", code="invalid_grammar")
-        return grammar
-    return response_grammar(llama, plain_data(response_format))
+_STEERING: dict[tuple[int, str, float], Steering] = {}
 
 
-def _plan(llama: llama_cpp.Llama, tools: list[Tool], choice: ToolChoice, dialect: Dialect, parallel: bool,
-          user: LlamaGrammar | None) -> Plan:
-    if not tools or choice.mode == "none":
-        return Plan("plain", tools, choice, dialect, parallel, user)
-    if user is not None:
-        return Plan("user", tools, choice, dialect, parallel, user)
-    if choice.forced:
-        g = tool_grammar(llama, tools, dialect, choice, parallel=parallel and choice.mode == "required",
-                         after_trigger=False)
-        return Plan("strict", tools, choice, dialect, parallel, g)
-    g = tool_grammar(llama, tools, dialect, choice, parallel=False, after_trigger=True)
-    return Plan("lazy" if g is not None else "strict", tools, choice, dialect, parallel, g)
+def _steering(llama: llama_cpp.Llama, req: ToolRequest) -> Steering:
+    key = (id(llama), req.dialect.name, req.options.call_bias)
+    if key not in _STEERING:
+        encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
+        _STEERING[key] = Steering.for_dialect(req.dialect, req.options.call_bias, encode)
+    return _STEERING[key]
 
 
 class Answer:
     """Generated text -> parser events -> an OpenAI response, or stream chunks."""
 
-    def __init__(self, session: Session, plan: Plan, model: str):
+    def __init__(self, session: Session, req: ToolRequest, grammar: LlamaGrammar | None, lazy: bool, model: str):
         self.session = session
-        self.plan = plan
+        self.req = req
+        self.grammar = grammar
+        self.lazy = lazy
         self.id = "chatcmpl-" + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
 
     def _texts(self) -> Iterator[str]:
-        s, plan = self.session, self.plan
-        if plan.mode != "lazy":
-            yield from s.phase(grammar=plan.grammar)
+        s, dialect = self.session, self.req.dialect
+        if not self.lazy:
+            yield from s.phase(grammar=self.grammar)
             return
-        trigger = plan.dialect.grammar_trigger
         after_call: tuple[str, ...] = ()
         while True:
-            yield from s.phase(trigger=trigger, line_start=plan.dialect.line_start, stop=after_call)
+            yield from s.phase(trigger=dialect.grammar_trigger, line_start=dialect.line_start, stop=after_call)
             if s.ended != TRIGGER:
                 return
-            yield from s.phase(grammar=plan.grammar)  # the call, constrained, from the trigger on
-            if s.ended != EOG or not plan.parallel:
+            yield from s.phase(grammar=self.grammar)  # the call, constrained, from the trigger on
+            if s.ended != EOG or not self.req.parallel:
                 return
             # after a call, a model that starts writing the tool's result itself is done calling
-            after_call = (plan.dialect.result_marker,)
+            after_call = (dialect.result_marker,)
 
-    def events(self) -> Iterator[Event]:
-        if self.plan.mode == "plain":
+    def _event_batches(self) -> Iterator[list[Event]]:
+        if self.req.mode == PLAIN:
             for text in self._texts():
-                yield Content(text)
+                yield [Content(text)]
             return
-        parser = StreamParser(self.plan.tools, choice=self.plan.choice, max_calls=None if self.plan.parallel else 1)
+        parser = self.req.parser()
         for text in self._texts():
-            yield from parser.feed(text)
-        yield from parser.finish()
+            yield parser.feed(text)
+        yield parser.finish()
 
     def finish_reason(self, calls: int) -> str:
-        if self.session.ended == LENGTH:
-            return "length"
-        return "tool_calls" if calls and self.plan.choice.mode in ("auto", "required") else "stop"
+        return self.req.finish_reason(calls, truncated=self.session.ended == LENGTH)
 
     def usage(self) -> dict:
         s = self.session
@@ -182,13 +158,10 @@ class Answer:
                 "total_tokens": s.n_prompt + s.completion_tokens}
 
     def response(self) -> dict:
-        result = collect(self.events())
-        calls = [c for c in result.calls if c.complete]  # a call cut off by max_tokens is no call
-        message: dict[str, Any] = {"role": "assistant", "content": result.content if result.content or calls else ""}
-        if calls:
-            message["tool_calls"] = [c.to_openai() for c in calls]
+        result = collect(e for batch in self._event_batches() for e in batch)
+        calls = self.req.finished(result.calls)
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
+                "choices": [{"index": 0, "message": message(result.content, calls), "logprobs": None,
                              "finish_reason": self.finish_reason(len(calls))}],
                 "usage": self.usage()}
 
@@ -197,19 +170,13 @@ class Answer:
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
     def chunks(self, include_usage: bool = False) -> Iterator[dict]:
-        yield self._chunk({"role": "assistant", "content": ""} if self.plan.mode == "plain" else {"role": "assistant"})
+        yield self._chunk({"role": "assistant", "content": ""} if self.req.mode == PLAIN else {"role": "assistant"})
         calls = 0
-        for e in self.events():
-            t = type(e)
-            if t is Content:
-                yield self._chunk({"content": e.text})
-            elif t is CallStart:
-                yield self._chunk({"tool_calls": [{"index": e.index, "id": e.id, "type": "function",
-                                                   "function": {"name": e.name, "arguments": ""}}]})
-            elif t is CallArgs:
-                yield self._chunk({"tool_calls": [{"index": e.index, "function": {"arguments": e.text}}]})
-            elif t is CallEnd and e.call.complete:
-                calls += 1
+        for batch in self._event_batches():
+            calls += len(self.req.finished([e.call for e in batch if type(e) is CallEnd]))
+            d = delta(batch)
+            if d is not None:
+                yield self._chunk(d)
         yield self._chunk({}, self.finish_reason(calls))
         if include_usage:
             yield {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,

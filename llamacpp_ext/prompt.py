@@ -16,13 +16,16 @@ from typing import Any, Sequence
 
 import jinja2
 import llama_cpp
-from toolbridge.options import resolve
-from toolbridge.render import compile_template, plain_data
-from toolbridge.templates import FAMILIES, read_stock, template_path, wrap
+
+from toolbridge.data import plain_data
+from toolbridge.families import FAMILIES, read_stock, template_path, wrap
+from toolbridge.options import KEYS, resolve
+from toolbridge.render import compile_template
+from toolbridge.request import PLAIN, ToolRequest
+
+from .compat import model_key, token_text
 
 log = logging.getLogger("toolbridge.llamacpp")
-
-OPTION_KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias")
 _TEMPLATES: dict[tuple, jinja2.Template] = {}
 _LOCK = threading.Lock()
 
@@ -46,13 +49,13 @@ def check_options(options: dict) -> None:
     stock_template(None, options.get("tb_template") or "chatml")
 
 
-def template(llama: llama_cpp.Llama, options: dict) -> jinja2.Template:
+def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> jinja2.Template:
     """The tool-capable template for this model and these options (built once)."""
-    dialect = resolve(options).dialect
+    dialect = req.dialect
     example = options.get("tb_example", True) is not False
     system_role = options.get("tb_system_role")
     source = options.get("tb_template")
-    key = (id(llama._model), source, dialect.name, example, system_role)
+    key = (model_key(llama), source, dialect.name, example, system_role)
     with _LOCK:
         found = _TEMPLATES.get(key)
     if found is None:
@@ -64,19 +67,16 @@ def template(llama: llama_cpp.Llama, options: dict) -> jinja2.Template:
     return found
 
 
-def special_text(llama: llama_cpp.Llama, token: int) -> str:
-    return llama._model.token_get_text(token) if token != -1 else ""
-
-
-def render(llama: llama_cpp.Llama, messages: Sequence[Any], tools: Sequence[Any], options: dict,
-           force: str | None = None, variables: dict | None = None) -> str:
-    """The prompt text: messages (and tools, when given) through the wrapped template."""
-    extra = {k: v for k, v in (variables or {}).items() if k not in OPTION_KEYS}
-    if force:
-        extra["tb_force"] = force
-    return template(llama, options).render(
-        messages=plain_data(list(messages)), tools=plain_data(list(tools)), add_generation_prompt=True,
-        bos_token=special_text(llama, llama.token_bos()), eos_token=special_text(llama, llama.token_eos()),
+def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, options: dict) -> str:
+    """The prompt text: messages (and the tools, unless the answer is plain text) through the
+    wrapped template. Keys of `options` that are not toolbridge's are template variables."""
+    extra = {k: v for k, v in options.items() if k not in KEYS}
+    if req.force:
+        extra["tb_force"] = req.force
+    return template(llama, req, options).render(
+        messages=plain_data(list(messages)), tools=req.toolset.specs if req.mode != PLAIN else [],
+        add_generation_prompt=True, bos_token=token_text(llama, llama.token_bos()),
+        eos_token=token_text(llama, llama.token_eos()),
         strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt), **extra)
 
 

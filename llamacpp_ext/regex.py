@@ -9,10 +9,11 @@ as valid JSON string content. What it cannot translate raises `Unsupported`.
 """
 from __future__ import annotations
 
-import json
 import re
 import re._constants as C  # noqa: N812 - the names of the sre opcodes
 import re._parser as sre_parse
+
+from toolbridge.data import json_escape, json_string
 
 # Characters a JSON string cannot hold raw: the quote, the backslash, control characters.
 _UNSAFE = '"\\\\\\x00-\\x1F'  # in GBNF class syntax: "  \\  \x00-\x1F
@@ -68,14 +69,14 @@ def _seq(items) -> str:
     literal: list[str] = []
     for op, av in items:
         if op is C.LITERAL:
-            literal.append(_json_char(chr(av)))
+            literal.append(json_escape(chr(av)))
             continue
         if literal:
-            out.append(_lit("".join(literal)))
+            out.append(json_string("".join(literal)))
             literal = []
         out.append(_node(op, av))
     if literal:
-        out.append(_lit("".join(literal)))
+        out.append(json_string("".join(literal)))
     return " ".join(x for x in out if x)
 
 
@@ -129,7 +130,7 @@ def _in(items) -> str:
             raise Unsupported(f"class item {op} {av}")
     if negate:
         return f"[^{_class(ranges)}{_UNSAFE}]"
-    escaped = [_lit(_json_char(c)) for c in '"\\' if any(lo <= ord(c) <= hi for lo, hi in ranges)]
+    escaped = [json_string(json_escape(c)) for c in '"\\' if any(lo <= ord(c) <= hi for lo, hi in ranges)]
     safe = _class(_safe_ranges(ranges))
     alts = ([f"[{safe}]"] if safe else []) + negated_cats + escaped
     if not alts:
@@ -155,16 +156,6 @@ def _safe_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _class(ranges: list[tuple[int, int]]) -> str:
     return "".join(_class_char(chr(lo)) if lo == hi else f"{_class_char(chr(lo))}-{_class_char(chr(hi))}"
                    for lo, hi in ranges)
-
-
-def _json_char(c: str) -> str:
-    """How character `c` is written inside a JSON string."""
-    return json.dumps(c, ensure_ascii=False)[1:-1]
-
-
-def _lit(text: str) -> str:
-    """A GBNF literal for `text`."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def _class_char(c: str) -> str:

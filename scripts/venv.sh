@@ -6,3 +6,13 @@ venv=${TOOLBRIDGE_VENV:-.venv}
 if [ ! -x "$venv/bin/python" ]; then "${PYTHON:-python3}" -m venv "$venv"; fi
 py="$venv/bin/python"
 "$py" -m pip install -q --upgrade pip
+
+# llama-cpp-python is published only as source: build its wheel once (~6 minutes on 2 cores) into
+# .cache/wheels, where every install of these scripts finds it, this environment's and the fresh
+# ones the packaging tests make (also when pip's own cache is off).
+LLAMA_CPP="llama-cpp-python==0.3.36"
+wheels="$PWD/.cache/wheels"
+if ! compgen -G "$wheels/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
+  "$py" -m pip wheel -q --no-deps -w "$wheels" "$LLAMA_CPP"
+fi
+export PIP_FIND_LINKS="${PIP_FIND_LINKS:+$PIP_FIND_LINKS }$wheels"

@@ -29,9 +29,14 @@ class Server:
     """A server subprocess whose output goes to a log file (shown when it fails to start)."""
 
     def __init__(self, argv: list[str], port: int, ready_path: str = "/v1/models", env: dict | None = None,
-                 timeout: float = 600):
-        self.argv, self.port, self.ready_path, self.timeout = argv, port, ready_path, timeout
-        self.env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", **(env or {})}
+                 timeout: float = 600, cwd: Path = ROOT, pythonpath: bool = True):
+        """pythonpath: put the checkout first on the server's path (False: run what is installed)."""
+        self.argv, self.port, self.ready_path, self.timeout, self.cwd = argv, port, ready_path, timeout, cwd
+        self.env = {**os.environ, **(env or {})}
+        if pythonpath:
+            self.env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+        else:
+            self.env.pop("PYTHONPATH", None)
         self.log = tempfile.NamedTemporaryFile("w+", prefix="toolbridge-server-", suffix=".log", delete=False)
         self.proc: subprocess.Popen | None = None
 
@@ -41,7 +46,7 @@ class Server:
 
     def start(self) -> "Server":
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
-                                     cwd=ROOT, start_new_session=True)
+                                     cwd=self.cwd, start_new_session=True)
         deadline = time.time() + self.timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:

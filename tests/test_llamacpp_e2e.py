@@ -18,8 +18,8 @@ import httpx
 import pytest
 from jsonschema.validators import validator_for
 
-from tests.servers import PYTHON, Server, free_port, require
-from tests.toolsets import READ, SEARCH, WEATHER
+from servers import PYTHON, Server, free_port, require
+from toolsets import READ, SEARCH, WEATHER
 
 pytestmark = pytest.mark.llamacpp
 

@@ -27,10 +27,12 @@ except ImportError:  # fail, as the end-to-end tests do, unless the run opts out
 
 from llamacpp_ext import register  # noqa: E402
 from llamacpp_ext.__main__ import default_model  # noqa: E402
-from llamacpp_ext.grammar import compiles, schema_grammar, schema_rules, tool_grammar  # noqa: E402
+from llamacpp_ext.compat import compiles, grammar_text  # noqa: E402
+from llamacpp_ext.converter import schema_grammar  # noqa: E402
+from llamacpp_ext.grammar import render, tool_grammar  # noqa: E402
 from llamacpp_ext.regex import Unsupported, pattern_to_gbnf  # noqa: E402
 from toolbridge import ToolChoice, get_dialect, normalize_tools  # noqa: E402
-from toolbridge.grammar import gbnf  # noqa: E402
+from toolbridge.request import toolset  # noqa: E402
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "tool_schemas.json").read_text(encoding="utf-8"))
 TAGS = get_dialect("tags")
@@ -224,7 +226,7 @@ def test_equal_definition_names_in_two_tools_do_not_collide(vocab):
     b = tool("b", {"type": "object", "properties": {"x": {"$ref": "#/$defs/Item"}}, "required": ["x"],
                    "$defs": {"Item": {"type": "boolean"}}})
     tools = normalize_tools([a, b])
-    g = gbnf(tools, TAGS, ToolChoice("required"), schema_rules, parallel=False)
+    g = render(tools, TAGS, ToolChoice("required"), parallel=False)
     head = '<tool_call>\n{"name": "%s", "arguments": {"x": %s}}\n</tool_call>'
     assert accepts(vocab, g, head % ("a", "5"))
     assert accepts(vocab, g, head % ("b", "true"))
@@ -244,22 +246,23 @@ def test_recursive_root_ref(vocab):
 def test_lazy_continuation_starts_after_the_trigger(vocab):
     tools = normalize_tools([tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}},
                                                   "required": ["city"]})])
-    g = gbnf(tools, TAGS, ToolChoice("auto"), schema_rules, after_trigger=True)
+    g = render(tools, TAGS, ToolChoice("auto"), after_trigger=True)
     assert accepts(vocab, g, '\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
     assert not accepts(vocab, g, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
 
 
 def test_unconvertible_schema_falls_back_to_generic_arguments(vocab, caplog):
-    remote = tool("remote", {"type": "object", "properties": {"x": {"$ref": "https://example.com/schema.json"}}})
+    # a valid schema (2020-12 allows an empty enum) that llama-cpp-python's converter cannot take
+    odd = tool("odd", {"type": "object", "properties": {"x": {"enum": []}}})
     local = tool("local", {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
-    tools = normalize_tools([remote, local])
-    g = tool_grammar(vocab, tools, TAGS, ToolChoice("required"), parallel=False, after_trigger=False)
+    g = tool_grammar(vocab, toolset([odd, local]), TAGS, ToolChoice("required"), parallel=False, after_trigger=False)
     assert g is not None
-    assert "unsupported $ref" in caplog.text  # the reason is logged
+    assert "'odd' cannot be constrained" in caplog.text  # the fallback is logged, naming the tool
+    text, _ = grammar_text(g)
     call = '<tool_call>\n{"name": "%s", "arguments": %s}\n</tool_call>'
-    assert accepts(vocab, g._grammar, call % ("remote", '{"any": [1]}'))  # that tool: any object
-    assert accepts(vocab, g._grammar, call % ("local", '{"n": 3}'))  # the others keep their schema
-    assert not accepts(vocab, g._grammar, call % ("local", '{"n": "3"}'))
+    assert accepts(vocab, text, call % ("odd", '{"any": [1]}'))  # that tool: any object
+    assert accepts(vocab, text, call % ("local", '{"n": 3}'))  # the others keep their schema
+    assert not accepts(vocab, text, call % ("local", '{"n": "3"}'))
 
 
 # -- the corpus ---------------------------------------------------------------------------------
@@ -320,13 +323,13 @@ def test_corpus_is_real_and_varied():
 def test_corpus_schema_compiles(vocab, entry):
     tools = normalize_tools([tool(entry["name"], entry["parameters"], entry["description"])])
     for choice, after in ((ToolChoice("named", entry["name"]), False), (ToolChoice("auto"), True)):
-        g = gbnf(tools, TAGS, choice, schema_rules, parallel=False, after_trigger=after)
+        g = render(tools, TAGS, choice, parallel=False, after_trigger=after)
         assert compiles(vocab, g)
 
 
 def test_whole_corpus_in_one_grammar_compiles(vocab):
     tools = normalize_tools([tool(e["name"], e["parameters"]) for e in CORPUS])
-    g = gbnf(tools, TAGS, ToolChoice("required"), schema_rules)
+    g = render(tools, TAGS, ToolChoice("required"))
     assert compiles(vocab, g)
 
 

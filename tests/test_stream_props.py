@@ -6,7 +6,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
 from toolbridge import parse
 from toolbridge.dialects import DIALECTS
-from toolbridge.stream import CallArgs, CallEnd, CallStart, Content, StreamParser
+from toolbridge.events import CallArgs, CallEnd, CallStart, Content
+from toolbridge.stream import StreamParser
 
 from toolsets import TOOLS, ids
 

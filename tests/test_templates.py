@@ -3,11 +3,12 @@ import json
 import subprocess
 import sys
 
+import jinja2
 import pytest
 
 from toolbridge import parse
 from toolbridge.render import compile_template
-from toolbridge.templates import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
+from toolbridge.families import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
 
 from servers import ROOT
 from toolsets import SEARCH, WEATHER
@@ -105,7 +106,7 @@ def test_wrap_a_template_with_generation_tags(tokenizer):
 
 
 def test_wrap_a_broken_template_fails_early():
-    with pytest.raises(Exception):
+    with pytest.raises(jinja2.TemplateSyntaxError):
         wrap("{% for m in messages %}")
 
 

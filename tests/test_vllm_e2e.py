@@ -99,13 +99,28 @@ QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.mark.parametrize("choice", ["omitted", "auto"])
-def test_auto(client, choice):
+def test_auto_calls_when_steered(client, choice):
+    """The `auto` steering reaches the engine (adjust_request -> sampling params -> the logits
+    processor): strong enough, the answer opens with the call; off, this model answers in text."""
     kw = {} if choice == "omitted" else {"tool_choice": "auto"}
-    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS, **kw)
+    steered = {"chat_template_kwargs": {"tb_call_bias": 20}}
+    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS, parallel_tool_calls=False,
+                                  extra_body=steered, **kw)
     check_calls(calls)
     no_markers(content)
-    assert finish == ("tool_calls" if calls else "stop") or finish == "length"
-    assert calls or content
+    assert [c[1] for c in calls] == ["get_weather"] and json.loads(calls[0][2])["city"] == "Paris"
+    assert finish == "tool_calls"
+    content, calls, finish = both(client, messages=QUESTION, tools=TOOLS,
+                                  extra_body={"chat_template_kwargs": {"tb_call_bias": 0}}, **kw)
+    assert calls == [] and content and finish in ("stop", "length")
+    no_markers(content)
+
+
+def test_auto_answers_in_text(client):
+    content, calls, finish = both(client, messages=[{"role": "user", "content": "Write a haiku about the sea."}],
+                                  tools=TOOLS, max_tokens=40)
+    assert calls == [] and content and finish in ("stop", "length")
+    no_markers(content)
 
 
 def test_auto_calls_when_the_history_shows_how(client):

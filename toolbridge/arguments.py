@@ -9,26 +9,20 @@ mismatch of an enum member. Strings the schema wants as strings stream as they a
 """
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Callable
 
-from .lenient import LenientReader, ValueBuilder, parse_number
-from .tools import Schema
+from .data import dumps as _dumps, json_escape as escape, loads
+from .lenient import parse_number
+from .schema import Schema
 
-_dumps = json.JSONEncoder(ensure_ascii=False).encode
 _INT_TEXT = re.compile(r"\s*[-+]?\d+\s*")
-
-
-def escape(chunk: str) -> str:
-    """JSON string escaping of a piece of a string (no quotes)."""
-    return _dumps(chunk)[1:-1]
 
 
 class ArgsWriter:
     """Sink that writes the arguments object through `emit`, coercing to `schema`."""
 
-    __slots__ = ("schema", "emit", "frames", "streaming", "parts", "pending", "halt", "started")
+    __slots__ = ("schema", "emit", "frames", "streaming", "parts", "pending", "started")
 
     def __init__(self, schema: Schema | None, emit: Callable[[str], None]):
         self.schema = schema
@@ -37,7 +31,6 @@ class ArgsWriter:
         self.streaming: bool | None = None  # None: not in a string
         self.parts: list[str] = []
         self.pending: tuple[str, Any] = ("", None)
-        self.halt = False
         self.started = False  # the top-level object has begun
 
     def _slot(self) -> tuple[str, Any]:
@@ -167,12 +160,9 @@ def coerce(schema: Schema | None, node: Any, value: Any) -> Any:
         if "null" in types and low in ("null", "none", ""):
             return None
         if ("array" in types and text.startswith("[")) or ("object" in types and text.startswith("{")):
-            builder = ValueBuilder()
-            reader = LenientReader(builder)
-            reader.feed(text)
-            reader.finish()
-            if not reader.failed:
-                return builder.value
+            parsed, ok = loads(text)
+            if ok:
+                return parsed
         return value
     if isinstance(value, bool):
         if "boolean" not in types and "string" in types:

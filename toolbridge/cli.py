@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from .dialects import DIALECTS
-from .templates import FAMILIES, read_stock, template_path, wrap, write_all
+from .families import FAMILIES, read_stock, template_dir, template_path, wrap, write_all
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--system-role", choices=("auto", "yes", "no"), default="auto",
                    help="whether the stock template takes a system turn (auto: probe it)")
     g = ts.add_parser("generate", help="regenerate the packaged templates (maintainers)")
-    g.add_argument("directory", nargs="?", default=str(Path(__file__).resolve().parent.parent / "templates"))
+    g.add_argument("directory", nargs="?", default=str(template_dir()))
     args = ap.parse_args(argv)
 
     if args.cmd == "list":

@@ -12,15 +12,20 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 
+FENCE = "```"  # a markdown code fence; a call's JSON may sit inside one after any marker
+
+
 @dataclass(frozen=True)
 class Dialect:
     name: str
-    summary: str
     # Parsing: the marker that starts a call ("" when the JSON itself starts it) and ends it.
     open: str
     close: str = ""
     line_start: bool = False
-    react: bool = False  # "Action: NAME" then "Action Input: ARGS" instead of a JSON call object
+    bare: bool = False  # a JSON object or list with no marker before it may be a call
+    fenced: bool = False  # `open` is a code fence, which may carry a language tag
+    # ReAct: "Action: NAME", then one of these labels and the arguments, instead of a call object
+    input_labels: tuple[str, ...] = ()
     # Writing one call: text before the name, between name and arguments, after the arguments.
     call: tuple[str, str, str] = ('{"name": "', '", "arguments": ', "}")
     joiner: str = "\n"  # between the calls of one answer
@@ -40,6 +45,10 @@ class Dialect:
     trigger: str = field(default="")  # what a lazy grammar waits for (defaults to `open`)
 
     @property
+    def react(self) -> bool:
+        return bool(self.input_labels)
+
+    @property
     def grammar_trigger(self) -> str:
         return self.trigger or self.open or self.call[0]
 
@@ -57,7 +66,6 @@ class Dialect:
             body = self.calls_open + body + self.calls_close
         return body
 
-
     def as_template_data(self) -> dict:
         """The fields the Jinja prelude reads, as plain data."""
         return {"call": list(self.call), "joiner": self.joiner, "calls_open": self.calls_open,
@@ -69,7 +77,6 @@ class Dialect:
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     Dialect(
         name="tags",
-        summary="<tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>, one block per call",
         open="<tool_call>", close="</tool_call>",
         call=('<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>"),
         result=('<tool_response>\n{"name": "', '", "content": ', "}\n</tool_response>"), result_json=True,
@@ -79,8 +86,7 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     ),
     Dialect(
         name="json",
-        summary="a bare JSON object {\"name\": ..., \"arguments\": {...}}, or a list of them",
-        open="",
+        open="", bare=True,
         calls_open="[", joiner=", ", calls_close="]", wrap_single=False,
         result=("Result of ", ": ", ""), result_marker="Result of ",
         instruction="To call a tool, reply with only a JSON object holding its name and arguments, for example:",
@@ -88,7 +94,6 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     ),
     Dialect(
         name="toolcall",
-        summary="TOOL_CALL: {\"name\": ..., \"arguments\": {...}}",
         open="TOOL_CALL:",
         call=('TOOL_CALL: {"name": "', '", "arguments": ', "}"),
         result=("TOOL_RESULT (", "): ", ""), result_marker="TOOL_RESULT",
@@ -97,8 +102,7 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     ),
     Dialect(
         name="fenced",
-        summary="```json {\"tool_calls\": [{\"type\": \"function\", \"function\": {...}}]} ```",
-        open="```", close="",
+        open=FENCE, fenced=True,
         call=('{"type": "function", "function": {"name": "', '", "arguments": ', "}}"),
         calls_open='```json\n{"tool_calls": [', joiner=", ", calls_close="]}\n```",
         args_as_string=True,
@@ -109,8 +113,8 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     ),
     Dialect(
         name="react",
-        summary="Thought: ... / Action: NAME / Action Input: {...}, stopping before Observation:",
-        open="Action:", line_start=True, react=True,
+        open="Action:", line_start=True,
+        input_labels=("Action Input:", "Action input:", "Action_Input:", "ActionInput:"),
         call=("Action: ", "\nAction Input: ", ""),
         result=("Observation (", "): ", ""), result_marker="Observation",
         stop=("\nObservation:",),

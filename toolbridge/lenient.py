@@ -46,11 +46,11 @@ class Sink(Protocol):
 
 class LenientReader:
     """Reads one JSON value. `feed` returns where it stopped: at the end of the text, after
-    the value's last character (`done`), at a character it cannot read (`failed`), or
-    right after an event on which the sink set `halt`."""
+    the value's last character (`done`), at a character it cannot read (`failed`), or right
+    after the event during which the sink called `stop()`."""
 
     __slots__ = ("sink", "stack", "mode", "quote", "is_key", "buf", "high", "done", "failed",
-                 "halt", "repaired", "started")
+                 "stopped", "repaired", "started")
 
     def __init__(self, sink: Sink):
         self.sink = sink
@@ -60,14 +60,18 @@ class LenientReader:
         self.is_key = False
         self.buf: list[str] = []
         self.high = ""  # pending high surrogate from a \\u escape
-        self.done = self.failed = self.halt = self.repaired = self.started = False
+        self.done = self.failed = self.stopped = self.repaired = self.started = False
+
+    def stop(self) -> None:
+        """Read no further (the sink has decided the text is not what it wants)."""
+        self.stopped = True
 
     # -- driving -----------------------------------------------------------------------
     def feed(self, s: str, i: int = 0) -> int:
         n = len(s)
         stack = self.stack
         sink = self.sink
-        while i < n and not (self.done or self.failed or self.halt):
+        while i < n and not (self.done or self.failed or self.stopped):
             mode = self.mode
             if mode == STR:
                 m = _STR_STOP[self.quote].search(s, i)
@@ -391,64 +395,3 @@ def parse_number(text: str) -> int | float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) else None
-
-
-class ValueBuilder:
-    """A sink that builds the Python value (for small values: repairs, coercions, tests)."""
-
-    def __init__(self) -> None:
-        self.stack: list[Any] = []
-        self.keys: list[Any] = []
-        self.value: Any = None
-        self.parts: list[str] = []
-        self.halt = False
-
-    def _put(self, v: Any) -> None:
-        if not self.stack:
-            self.value = v
-        elif isinstance(self.stack[-1], dict):
-            self.stack[-1][self.keys[-1]] = v
-        else:
-            self.stack[-1].append(v)
-
-    def begin_object(self) -> None:
-        d: dict = {}
-        self._put(d)
-        self.stack.append(d)
-        self.keys.append(None)
-
-    def end_object(self) -> None:
-        self.stack.pop()
-        self.keys.pop()
-
-    def begin_array(self) -> None:
-        a: list = []
-        self._put(a)
-        self.stack.append(a)
-        self.keys.append(None)
-
-    end_array = end_object
-
-    def key(self, name: str) -> None:
-        self.keys[-1] = name
-
-    def begin_string(self) -> None:
-        self.parts = []
-
-    def string_chunk(self, text: str) -> None:
-        self.parts.append(text)
-
-    def end_string(self) -> None:
-        self._put("".join(self.parts))
-
-    def scalar(self, value: Any) -> None:
-        self._put(value)
-
-
-def loads(text: str) -> tuple[Any, bool]:
-    """Leniently read one JSON value at the start of `text`: (value, ok)."""
-    builder = ValueBuilder()
-    reader = LenientReader(builder)
-    reader.feed(text)
-    reader.finish()
-    return builder.value, reader.started and not reader.failed

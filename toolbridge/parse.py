@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from .dialects import Dialect
-from .stream import CallEnd, Content, Event, StreamParser, ToolCall, new_call_id
+from .events import CallEnd, Content, Event, ToolCall, new_call_id
+from .stream import StreamParser
 from .tools import ToolChoice
 
 
@@ -13,12 +14,6 @@ from .tools import ToolChoice
 class ParseResult:
     content: str | None  # None when the answer holds no content (only calls, or nothing)
     calls: list[ToolCall] = field(default_factory=list)
-
-    def to_openai_message(self) -> dict:
-        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.calls:
-            msg["tool_calls"] = [c.to_openai() for c in self.calls]
-        return msg
 
 
 def collect(events: Iterable[Event]) -> ParseResult:

@@ -13,11 +13,12 @@ import jsonschema
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
+from .data import plain_data
 from .errors import BadRequest
+from .schema import RefError, Schema, check_refs
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 EMPTY_PARAMETERS: dict = {"type": "object", "properties": {}}
-JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "null", "array", "object"})
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class Tool:
     name: str
     description: str
     parameters: dict
-    schema: "Schema" = field(repr=False, compare=False)
+    schema: Schema = field(repr=False, compare=False)
     validator: Any = field(repr=False, compare=False)
 
     def errors(self, arguments: Any) -> list[str]:
@@ -63,8 +64,9 @@ def make_tool(name: str, description: str = "", parameters: Mapping | None = Non
     cls = validator_for(parameters, default=jsonschema.Draft202012Validator)
     try:
         cls.check_schema(parameters)
-    except SchemaError as e:
-        raise BadRequest(f"Parameters of tool {name!r} are not a valid JSON schema: {e.message}",
+        check_refs(parameters)
+    except (SchemaError, RefError) as e:
+        raise BadRequest(f"Parameters of tool {name!r} are not a valid JSON schema: {getattr(e, 'message', e)}",
                          param=f"{param}.function.parameters", code="invalid_tool_schema") from None
     return Tool(name, description or "", parameters, Schema(parameters), cls(parameters))
 
@@ -77,15 +79,15 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
         if isinstance(raw, Tool):
             tool = raw
         else:
-            spec = _as_dict(raw)
+            spec = plain_data(raw)
             if not isinstance(spec, Mapping):
                 raise BadRequest(f"tools[{i}] must be an object.", param=f"tools[{i}]")
             if spec.get("type", "function") != "function":
                 raise BadRequest(f"tools[{i}].type must be 'function'.", param=f"tools[{i}].type")
-            fn = _as_dict(spec.get("function", spec))
+            fn = plain_data(spec.get("function", spec))
             if not isinstance(fn, Mapping) or "name" not in fn:
                 raise BadRequest(f"tools[{i}].function.name is required.", param=f"tools[{i}].function")
-            tool = make_tool(fn.get("name"), fn.get("description") or "", _as_dict(fn.get("parameters")),
+            tool = make_tool(fn.get("name"), fn.get("description") or "", plain_data(fn.get("parameters")),
                              param=f"tools[{i}]")
         if tool.name in seen:
             raise BadRequest(f"Tool name {tool.name!r} is declared twice.", param="tools",
@@ -97,7 +99,7 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
 
 def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
     """OpenAI `tool_choice` -> ToolChoice. No choice with tools means `auto`."""
-    choice = _as_dict(choice)
+    choice = plain_data(choice)
     if choice is None:
         return ToolChoice("auto" if tools else "none")
     if isinstance(choice, str):
@@ -107,7 +109,7 @@ def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
             raise BadRequest(f"tool_choice {choice!r} needs a non-empty tools list.", param="tool_choice")
         return ToolChoice(choice)
     if isinstance(choice, Mapping):
-        fn = _as_dict(choice.get("function")) or {}
+        fn = plain_data(choice.get("function")) or {}
         name = fn.get("name") if isinstance(fn, Mapping) else None
         name = name or choice.get("name")
         if not isinstance(name, str):
@@ -119,152 +121,26 @@ def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
     raise BadRequest("tool_choice must be a string or an object.", param="tool_choice")
 
 
-def _as_dict(x: Any) -> Any:
-    """Plain data from pydantic models (vLLM, llama-cpp-python) or dicts alike."""
-    if hasattr(x, "model_dump"):
-        return x.model_dump(exclude_none=True)
-    return x
-
-
-class Schema:
-    """Read-only navigation of a JSON schema: which types a position allows, and its children.
-
-    Used to coerce streamed argument values; unknown or unconstrained positions return None
-    (anything goes), so coercion never guesses beyond what the schema says.
-    """
-
-    def __init__(self, root: Any):
-        self.root = root
-
-    def resolve(self, node: Any) -> Any:
-        for _ in range(16):
-            if not isinstance(node, dict) or not isinstance(node.get("$ref"), str):
-                return node
-            ref = node["$ref"]
-            if not ref.startswith("#"):
-                return {}
-            target: Any = self.root
-            for part in filter(None, ref[1:].split("/")):
-                part = part.replace("~1", "/").replace("~0", "~")
-                target = target.get(part) if isinstance(target, dict) else None
-            node = target if target is not None else {}
-        return {}
-
-    def types(self, node: Any) -> frozenset[str] | None:
-        """JSON types allowed at `node`, or None when unconstrained."""
-        node = self.resolve(node)
-        if not isinstance(node, dict):
-            return None
-        found: set[str] = set()
-        t = node.get("type")
-        if isinstance(t, str):
-            found.add(t)
-        elif isinstance(t, list):
-            found.update(x for x in t if isinstance(x, str))
-        for key in ("enum", "const"):
-            if key in node:
-                values = node[key] if key == "enum" and isinstance(node[key], list) else [node[key]]
-                found.update(_json_type(v) for v in values)
-        for key in ("anyOf", "oneOf"):
-            subs = node.get(key)
-            if isinstance(subs, list):
-                for sub in subs:
-                    st = self.types(sub)
-                    if st is None:
-                        return None
-                    found |= st
-        if not found:
-            if "properties" in node:
-                found.add("object")
-            elif "items" in node or "prefixItems" in node:
-                found.add("array")
-            else:
-                for sub in node.get("allOf") or ():
-                    st = self.types(sub)
-                    if st:
-                        found |= st
-        if not found:
-            return None
-        if node.get("nullable") is True:
-            found.add("null")
-        return frozenset(found & JSON_TYPES) or None
-
-    def child(self, node: Any, key: str) -> Any:
-        node = self.resolve(node)
-        if not isinstance(node, dict):
-            return None
-        props = node.get("properties")
-        if isinstance(props, dict) and key in props:
-            return props[key]
-        pats = node.get("patternProperties")
-        if isinstance(pats, dict):
-            for pat, sub in pats.items():
-                try:
-                    if re.search(pat, key):
-                        return sub
-                except re.error:
-                    continue
-        for comb in ("allOf", "anyOf", "oneOf"):
-            for sub in node.get(comb) or ():
-                found = self.child(sub, key)
-                if found is not None:
-                    return found
-        extra = node.get("additionalProperties")
-        return extra if isinstance(extra, dict) else None
-
-    def item(self, node: Any, index: int) -> Any:
-        node = self.resolve(node)
-        if not isinstance(node, dict):
-            return None
-        prefix = node.get("prefixItems")
-        items = node.get("items")
-        if isinstance(prefix, list) and index < len(prefix):
-            return prefix[index]
-        if isinstance(items, list):
-            return items[index] if index < len(items) else node.get("additionalItems")
-        if isinstance(items, dict):
-            return items
-        for comb in ("allOf", "anyOf", "oneOf"):
-            for sub in node.get(comb) or ():
-                found = self.item(sub, index)
-                if found is not None:
-                    return found
-        return None
-
-    def enum(self, node: Any) -> list | None:
-        node = self.resolve(node)
-        if isinstance(node, dict) and isinstance(node.get("enum"), list):
-            return node["enum"]
-        return None
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, list):
-        return "array"
-    return "object"
-
-
 def check_tool_results(messages: Iterable[Any]) -> None:
     """OpenAI's rule for history: a `tool` message answers a call an earlier assistant turn
     made (matched by tool_call_id); anything else is a bad request, not a prompt."""
     ids: set[str] = set()
     for i, m in enumerate(messages or ()):
-        m = _as_dict(m)
+        m = plain_data(m)
         if not isinstance(m, Mapping):
             continue
         if m.get("role") == "assistant":
-            ids.update(_as_dict(tc).get("id") for tc in m.get("tool_calls") or () if isinstance(_as_dict(tc), Mapping))
+            ids.update(tc.get("id") for tc in m.get("tool_calls") or () if isinstance(tc, Mapping))
         elif m.get("role") == "tool" and m.get("tool_call_id") not in ids:
             raise BadRequest(f"messages[{i}] is a tool result for {m.get('tool_call_id')!r}, but no earlier assistant "
                              "message made a tool call with that id.", param=f"messages[{i}].tool_call_id",
                              code="invalid_tool_call_id")
+
+
+def legacy_tools(functions: Any, function_call: Any) -> tuple[list | None, Any]:
+    """The deprecated `functions` / `function_call` as `tools` / `tool_choice`."""
+    tools = [{"type": "function", "function": f} for f in plain_data(functions or [])] or None
+    choice = plain_data(function_call)
+    if isinstance(choice, Mapping) and "name" in choice:
+        choice = {"type": "function", "function": {"name": choice["name"]}}
+    return tools, choice

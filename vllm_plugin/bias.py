@@ -1,9 +1,9 @@
-"""The first-position call bias for `auto` (toolbridge.options), as a vLLM logits processor.
+"""The `auto` call steering (toolbridge.steer) as a vLLM logits processor.
 
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
 `--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unbiased.
-It touches only requests whose sampling params carry toolbridge's keys (set by the tool
-parser's adjust_request), and only at the answer's start (toolbridge.options.steer).
+It touches only requests whose sampling params carry the steering (set by the tool parser's
+adjust_request), and only within the steering's horizon at the answer's start.
 """
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from typing import Any, Callable
 
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from toolbridge.options import steer
-
-IDS_KEY, RESULT_KEY, BIAS_KEY = "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_bias"
+from toolbridge.steer import Steering
 
 
 class CallBias(AdapterLogitsProcessor):
@@ -21,19 +19,13 @@ class CallBias(AdapterLogitsProcessor):
         return False
 
     def new_req_logits_processor(self, params: Any) -> Callable | None:
-        args = getattr(params, "extra_args", None) or {}
-        ids, bias = args.get(IDS_KEY), args.get(BIAS_KEY)
-        if not ids or not bias:
+        steering = Steering.from_args(getattr(params, "extra_args", None))
+        if steering is None:
             return None
-        call = [int(i) for i in ids]
-        result = [int(i) for i in args.get(RESULT_KEY) or []]
-        bias = float(bias)
-        horizon = max(1, len(result))
 
         def at_start(output_ids: list[int], logits: Any) -> Any:
-            if len(output_ids) < horizon:
-                for token, change in steer(call, result, bias, output_ids):
-                    logits[token] += change
+            for token, change in steering.changes(output_ids):
+                logits[token] += change
             return logits
 
         return at_start

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import jinja2
@@ -127,15 +128,9 @@ def generate(family: Family) -> str:
 
 
 def template_dir() -> Path:
-    """Where the packaged templates are: installed package data, or the source tree."""
-    try:
-        from importlib.resources import files
-        installed = Path(str(files("toolbridge.templates")))
-        if installed.is_dir() and any(installed.glob("*.jinja")):
-            return installed
-    except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parent.parent / "templates"
+    """The packaged templates: toolbridge/templates/, a link to the top-level templates/
+    folder in a checkout and a folder of package data in an installed wheel."""
+    return Path(str(files("toolbridge"))) / "templates"
 
 
 def template_path(name: str) -> Path:

@@ -1,0 +1,161 @@
+"""The adapters' own logic without a server: OpenAI deltas from parser events (core), vLLM's
+delta messages and bookkeeping, llama.cpp's request rewriting, response and chunks.
+
+The llama.cpp answer is driven by a scripted session that hands it fixed text (the model's
+part); everything after the text, the parser, deltas, finish reasons, is the real code.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from toolbridge.deltas import delta, message
+from toolbridge.request import prepare
+
+from servers import require
+from toolsets import SEARCH, TOOLS, WEATHER, ids
+
+CALLS = ('Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": "2"}}\n</tool_call>\n'
+         '<tool_call>{"name": "search", "arguments": {"query": "rain"}}</tool_call>')
+PARIS = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def split(text: str, cuts: list[int]) -> list[str]:
+    cuts = sorted({c % (len(text) + 1) for c in cuts})
+    return [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+
+
+def client_view(deltas: list[dict]) -> tuple[str, list[dict]]:
+    """What an OpenAI client assembles from deltas; checks id/name come once per call."""
+    content, calls = "", {}
+    for d in deltas:
+        content += d.get("content", "")
+        for tc in d.get("tool_calls", []):
+            if tc["index"] not in calls:
+                assert tc["id"].startswith("call_") and tc["type"] == "function" and tc["function"]["name"]
+                calls[tc["index"]] = {"id": tc["id"], "name": tc["function"]["name"], "arguments": ""}
+            else:
+                assert "id" not in tc and "name" not in tc["function"]
+            calls[tc["index"]]["arguments"] += tc["function"]["arguments"]
+    return content, [calls[i] for i in sorted(calls)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_deltas_assemble_to_the_parsed_answer_for_any_split(cuts):
+    req = prepare(tools=TOOLS, messages=PARIS)
+    whole = req.parse(CALLS)
+    p = req.parser(id_factory=ids())
+    deltas = [d for piece in split(CALLS, cuts) for d in [delta(p.feed(piece))] if d]
+    deltas += [d for d in [delta(p.finish())] if d]
+    content, calls = client_view(deltas)
+    assert content == whole.content
+    assert [(c["name"], c["arguments"]) for c in calls] == [(c.name, c.arguments) for c in whole.calls]
+
+
+def test_message_shape():
+    r = prepare(tools=TOOLS, messages=PARIS).parse(CALLS)
+    m = message(r.content, r.calls)
+    assert m["content"] == "Sure." and [c["function"]["name"] for c in m["tool_calls"]] == ["get_weather", "search"]
+    assert json.loads(m["tool_calls"][0]["function"]["arguments"]) == {"city": "Paris", "days": 2}
+    assert message(None, r.calls)["content"] is None  # only calls: null
+    assert message(None, []) == {"role": "assistant", "content": ""}  # nothing at all: ""
+
+
+# -- vLLM ------------------------------------------------------------------------------------------
+
+def test_vllm_delta_messages_and_bookkeeping():
+    require("vllm")
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    from vllm_plugin import ToolbridgeToolParser
+
+    request = ChatCompletionRequest.model_validate({"model": "m", "messages": PARIS, "tools": TOOLS})
+    parser = ToolbridgeToolParser(None)
+    got = [parser.extract_tool_calls_streaming("", "", piece, [], [], [], request) for piece in split(CALLS, [7, 31, 80])]
+    got.append(parser.finish_streaming())
+    deltas = [m.model_dump(exclude_none=True) for m in got if m is not None]
+    for d in deltas:
+        for tc in d.get("tool_calls", []):
+            tc["function"].setdefault("arguments", "")
+    content, calls = client_view(deltas)
+    final = parser.extract_tool_calls(CALLS, request)
+    assert content == final.content == "Sure."
+    assert [(c["name"], c["arguments"]) for c in calls] == [(c.function.name, c.function.arguments)
+                                                            for c in final.tool_calls]
+    # vLLM's end-of-stream flush compares these with what was streamed: nothing may be left over
+    assert parser.streamed_args_for_tool == [c["arguments"] for c in calls]
+    assert [a["arguments"] for a in parser.prev_tool_call_arr] == parser.streamed_args_for_tool
+
+
+# -- llama.cpp -------------------------------------------------------------------------------------
+
+def test_llamacpp_request_rewriting():
+    require("llama_cpp")
+    from llamacpp_ext.server import adapt_request
+
+    data = {"messages": [{"role": "developer", "content": "Be brief."}, *PARIS,
+                         {"role": "assistant", "content": None, "tool_calls": []},
+                         {"role": "tool", "tool_call_id": "x", "content": [{"type": "text", "text": "a"},
+                                                                          {"type": "text", "text": "b"}]}],
+            "tools": [{"type": "function", "function": {"name": "f"}}],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {"type": "object"}}},
+            "max_completion_tokens": 7}
+    adapt_request(data)
+    assert [m["role"] for m in data["messages"]] == ["system", "user", "assistant", "tool"]
+    assert data["messages"][2]["content"] == "" and data["messages"][3]["content"] == "a\nb"
+    assert data["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {}}
+    assert data["response_format"] == {"type": "json_object", "schema": {"type": "object"}}
+    assert data["max_tokens"] == 7 and data["repeat_penalty"] == 1.0
+    data = {"messages": PARIS, "repeat_penalty": 1.3, "max_tokens": 3, "max_completion_tokens": 9}
+    adapt_request(data)
+    assert data["repeat_penalty"] == 1.3 and data["max_tokens"] == 3  # what the request sets wins
+
+
+class ScriptedSession:
+    """Stands in for generation: each phase yields the next scripted text and ends as told."""
+
+    def __init__(self, texts: list[str], ended: str):
+        self.texts, self.last_ended = texts, ended
+        self.ended = ""
+        self.n_prompt, self.completion_tokens = 10, 0
+
+    def phase(self, grammar=None, trigger=None, line_start=False, stop=()):
+        text = self.texts.pop(0) if self.texts else ""
+        self.completion_tokens += len(text)
+        self.ended = self.last_ended
+        yield from split(text, [3, 17, 40])
+
+
+@pytest.mark.parametrize("choice, finish", [("auto", "tool_calls"), ("required", "tool_calls"),
+                                            ({"type": "function", "function": {"name": "search"}}, "stop")])
+def test_llamacpp_response_and_chunks_agree(choice, finish):
+    require("llama_cpp")
+    from llamacpp_ext.generate import EOG
+    from llamacpp_ext.handler import Answer
+
+    text = '<tool_call>{"name": "search", "arguments": {"query": "rain"}}</tool_call>'
+    req = prepare(tools=[WEATHER, SEARCH], tool_choice=choice, messages=PARIS)
+    whole = Answer(ScriptedSession([text], EOG), req, None, False, "m").response()
+    chunks = list(Answer(ScriptedSession([text], EOG), req, None, False, "m").chunks(include_usage=True))
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
+    assert chunks[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] == finish
+    assert chunks[-1]["usage"] == whole["usage"] and chunks[-1]["choices"] == []
+    content, calls = client_view([c["choices"][0]["delta"] for c in chunks[1:-1]])
+    msg = whole["choices"][0]["message"]
+    assert msg["content"] is None and not content
+    assert [(c["name"], c["arguments"]) for c in calls] == [(c["function"]["name"], c["function"]["arguments"])
+                                                            for c in msg["tool_calls"]]
+
+
+def test_llamacpp_cut_off_call_is_no_call():
+    require("llama_cpp")
+    from llamacpp_ext.generate import LENGTH
+    from llamacpp_ext.handler import Answer
+
+    req = prepare(tools=[WEATHER], tool_choice="required", messages=PARIS)
+    r = Answer(ScriptedSession(['<tool_call>{"name": "get_weather", "arguments": {"city": "Pa'], LENGTH),
+               req, None, False, "m").response()
+    assert r["choices"][0]["finish_reason"] == "length" and "tool_calls" not in r["choices"][0]["message"]

@@ -1,0 +1,192 @@
+"""Every request-level decision, made once, in one place, for both engines.
+
+`prepare` takes what an OpenAI chat request says about tools (tools or the legacy
+functions, tool_choice, parallel_tool_calls, the message history, stop strings, the
+toolbridge options in its template kwargs, and whether the user constrained the output
+themselves) and returns a `ToolRequest`: the checked tools, the choice, the dialect, how
+the answer is generated (`mode`), whether `auto` steering applies, the stop strings, and the
+rules for what the answer's calls and finish reason are. A bad request raises BadRequest.
+
+Work that depends only on the tool set (checking and compiling schemas, and whatever an
+engine derives from the tools: grammars, structural tags, compile checks) is done once per
+distinct set: `toolset` caches sets by content, and `ToolSet.memo` keeps each engine's
+artefacts with the set.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
+
+from .data import plain_data
+from .dialects import Dialect
+from .errors import BadRequest
+from .events import ToolCall, new_call_id
+from .options import Options, resolve
+from .parse import ParseResult, parse
+from .steer import follows_user_turn
+from .stream import StreamParser
+from .tools import Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools
+
+T = TypeVar("T")
+
+# How an answer is generated.
+PLAIN = "plain"  # no tools, or tool_choice none: text, as without toolbridge
+USER = "user"  # the request constrains the output itself (response_format, grammar): calls are parsed from it
+STRICT = "strict"  # required or a named tool: the whole answer is constrained to calls
+LAZY = "lazy"  # auto: free text; a call is constrained from its start marker on
+
+TOOLSET_CACHE_SIZE = 64
+MEMO_SIZE = 256
+
+
+class ToolSet:
+    """The checked tools of a request, shared by every request that sends the same tools."""
+
+    def __init__(self, key: str, tools: Sequence[Tool], specs: list[dict]):
+        self.key = key
+        self.tools = tuple(tools)
+        self.specs = specs  # the tools as plain OpenAI dicts, for the prompt
+        self._memo: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def memo(self, key: Hashable, build: Callable[[], T]) -> T:
+        """`build()`, computed once per key for this tool set (bounded, least recently used out)."""
+        with self._lock:
+            if key in self._memo:
+                self._memo.move_to_end(key)
+                return self._memo[key]
+        value = build()
+        with self._lock:
+            self._memo[key] = value
+            while len(self._memo) > MEMO_SIZE:
+                self._memo.popitem(last=False)
+        return value
+
+
+_SETS: OrderedDict[str, ToolSet] = OrderedDict()
+_SETS_LOCK = threading.Lock()
+
+
+def content_key(tools: Sequence[Any]) -> str:
+    """A key for what `tools` say (not which objects they are)."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in tools:
+        if hasattr(t, "model_dump_json"):  # pydantic models serialize themselves (fast, in Rust)
+            h.update(t.model_dump_json(exclude_none=True).encode())
+        else:
+            h.update(json.dumps(t, ensure_ascii=False, default=repr).encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def toolset(tools: Sequence[Any] | None) -> ToolSet:
+    """The checked tool set for these OpenAI tools (dicts or pydantic models); BadRequest when
+    they are malformed. Cached by content."""
+    tools = list(tools or ())
+    key = content_key(tools)
+    with _SETS_LOCK:
+        found = _SETS.get(key)
+        if found is not None:
+            _SETS.move_to_end(key)
+            return found
+    made = ToolSet(key, normalize_tools(tools), [plain_data(t) for t in tools])
+    with _SETS_LOCK:
+        _SETS[key] = made
+        while len(_SETS) > TOOLSET_CACHE_SIZE:
+            _SETS.popitem(last=False)
+    return made
+
+
+@dataclass(frozen=True)
+class ToolRequest:
+    toolset: ToolSet
+    choice: ToolChoice
+    options: Options
+    parallel: bool
+    mode: str
+    steer: bool  # the `auto` steering applies (toolbridge.steer)
+    stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        return self.toolset.tools
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.options.dialect
+
+    @property
+    def max_calls(self) -> int | None:
+        return None if self.parallel else 1
+
+    @property
+    def force(self) -> str | None:
+        """What the prompt says must be called: "required", a tool's name, or nothing."""
+        if self.mode == PLAIN:
+            return None
+        return "required" if self.choice.mode == "required" else self.choice.name if self.choice.mode == "named" else None
+
+    def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
+        return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory)
+
+    def parse(self, text: str) -> ParseResult:
+        return parse(text, self.tools, choice=self.choice, max_calls=self.max_calls)
+
+    @staticmethod
+    def finished(calls: Sequence[ToolCall]) -> list[ToolCall]:
+        """The calls an answer returns: a call the text ended inside (cut off by max_tokens)
+        is not a call, however it was repaired."""
+        return [c for c in calls if c.complete]
+
+    def finish_reason(self, calls: int, truncated: bool) -> str:
+        """OpenAI's: `length` when cut off, `tool_calls` for calls under auto or required,
+        `stop` otherwise (a named choice too, as OpenAI answers it)."""
+        if truncated:
+            return "length"
+        return "tool_calls" if calls and self.choice.mode in ("auto", "required") else "stop"
+
+
+def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Sequence[Any] = (),
+            functions: Any = None, function_call: Any = None, parallel_tool_calls: Any = None,
+            template_kwargs: Mapping[str, Any] | None = None, stop: Any = None, user_constraint: bool = False,
+            env: Mapping[str, str] = os.environ) -> ToolRequest:
+    """The request's tool handling; raises BadRequest for a request that must be answered 400."""
+    if not tools and functions:
+        tools, legacy_choice = legacy_tools(functions, function_call)
+        tool_choice = tool_choice if tool_choice is not None else legacy_choice
+    ts = toolset(tools)
+    choice = normalize_tool_choice(tool_choice, ts.tools)
+    check_tool_results(messages)
+    try:
+        options = resolve(template_kwargs, env)
+    except ValueError as e:
+        raise BadRequest(str(e), param="chat_template_kwargs") from None
+    if not ts.tools or choice.mode == "none":
+        mode = PLAIN
+    elif user_constraint:
+        mode = USER
+    elif choice.forced:
+        mode = STRICT
+    else:
+        mode = LAZY
+    stops = _stop_list(stop)
+    if mode != PLAIN:
+        stops += options.dialect.stop
+    steer = mode == LAZY and options.call_bias != 0 and follows_user_turn(messages)
+    return ToolRequest(ts, choice, options, parallel_tool_calls is not False, mode, steer,
+                       tuple(dict.fromkeys(s for s in stops if s)))
+
+
+def _stop_list(stop: Any) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop):
+        return list(stop)
+    raise BadRequest("stop must be a string or a list of strings.", param="stop")
