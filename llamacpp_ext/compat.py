@@ -7,15 +7,18 @@ this file.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import llama_cpp
+import numpy as np
+from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, JSON_GBNF, PRIMITIVE_RULES, RESERVED_NAMES,
                                      BuiltinRule, LlamaGrammar, SchemaConverter)
 
 __all__ = ["INVALID_RULE_CHARS_RE", "JSON_GBNF", "PRIMITIVE_RULES", "RESERVED_NAMES", "BuiltinRule",
-           "ConverterBase", "LlamaGrammar", "base_seed", "compiles", "grammar_text", "is_end_of_generation",
-           "model_key", "token_text"]
+           "ConverterBase", "GrammarSampler", "LlamaGrammar", "LlamaSampler", "base_seed", "compiles",
+           "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key", "reuse_cache",
+           "sample_in_c", "sampler_chain", "token_text"]
 
 
 def model_key(llama: llama_cpp.Llama) -> int:
@@ -50,6 +53,90 @@ def compiles(llama: llama_cpp.Llama, grammar: str, root: str = "root") -> bool:
     if ptr:
         llama_cpp.llama_sampler_free(ptr)
     return bool(ptr)
+
+
+# -- generation ------------------------------------------------------------------------------------
+
+def reuse_cache(llama: llama_cpp.Llama, tokens: list[int]) -> list[int]:
+    """Prepare the model's KV cache for `tokens` as Llama.generate does (keep the longest cached
+    prefix, drop the rest); returns the tokens still to evaluate ([]: the last logits in the
+    cache are already those after `tokens`)."""
+    if llama.n_tokens > 0:
+        longest = 0
+        for a, b in zip(llama._input_ids, tokens):
+            if a != b:
+                break
+            longest += 1
+        consumed = longest == len(tokens)
+        if consumed and llama.n_tokens == len(tokens) and not llama._requires_eval:
+            return []
+        reuse = longest - 1 if consumed else longest  # replay one token to refresh the logits
+        if reuse > 0 and llama._ctx.kv_cache_seq_rm(-1, reuse, -1):
+            llama.n_tokens = reuse
+            llama._requires_eval = True
+            return tokens[reuse:]
+    llama.reset()
+    return tokens
+
+
+def input_ids(llama: llama_cpp.Llama) -> np.ndarray:
+    """The tokens in the model's context (what a logits processor is given)."""
+    return llama._input_ids
+
+
+def last_logits(llama: llama_cpp.Llama) -> np.ndarray:
+    """The logits after the last evaluated token (a view of llama.cpp's buffer)."""
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama._ctx.ctx, -1), shape=(llama.n_vocab(),))
+
+
+def sample_in_c(llama: llama_cpp.Llama, chain: LlamaSampler) -> int:
+    """Sample from the last logits with `chain` and accept the token, all in llama.cpp."""
+    return llama_cpp.llama_sampler_sample(chain.sampler, llama._ctx.ctx, -1)
+
+
+def sampler_chain(llama: llama_cpp.Llama, s: Any, seed: int, logit_bias: Mapping[int, float]) -> LlamaSampler:
+    """The sampler chain Llama.generate builds for these settings (`s`: generate.Sampling), in
+    its order, without a grammar, with the request's logit bias at its head."""
+    chain = LlamaSampler()
+    if logit_bias:
+        items = (llama_cpp.llama_logit_bias * len(logit_bias))(
+            *(llama_cpp.llama_logit_bias(int(t), float(b)) for t, b in logit_bias.items()))
+        llama_cpp.llama_sampler_chain_add(chain.sampler, llama_cpp.llama_sampler_init_logit_bias(
+            llama.n_vocab(), len(logit_bias), items))
+    chain.add_penalties(n_vocab=llama.n_vocab(), penalty_last_n=llama.last_n_tokens_size,
+                        penalty_repeat=s.repeat_penalty, penalty_freq=s.frequency_penalty,
+                        penalty_present=s.presence_penalty)
+    if s.temp < 0.0:
+        chain.add_dist(seed)
+    elif s.temp == 0.0:
+        chain.add_greedy()
+    elif s.mirostat_mode == 1:
+        chain.add_mirostat(llama.n_vocab(), seed, s.mirostat_tau, s.mirostat_eta, 100)
+    elif s.mirostat_mode == 2:
+        chain.add_mirostat_v2(seed, s.mirostat_tau, s.mirostat_eta)
+    else:
+        chain.add_top_k(s.top_k)
+        chain.add_typical(s.typical_p, 1)
+        chain.add_top_p(s.top_p, 1)
+        chain.add_min_p(s.min_p, 1)
+        chain.add_temp(s.temp)
+        chain.add_dist(seed)
+    return chain
+
+
+class GrammarSampler:
+    """llama.cpp's grammar sampler for one GBNF grammar (owned; freed with close())."""
+
+    def __init__(self, llama: llama_cpp.Llama, grammar: str, root: str = "root"):
+        self.ptr = llama_cpp.llama_sampler_init_grammar(llama._model.vocab, grammar.encode("utf-8"),
+                                                        root.encode("utf-8"))
+        if not self.ptr:
+            raise ValueError("llama.cpp rejected the grammar")
+
+    def close(self) -> None:
+        if self.ptr:
+            llama_cpp.llama_sampler_free(self.ptr)
+            self.ptr = None
 
 
 class ConverterBase(SchemaConverter):

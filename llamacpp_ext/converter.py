@@ -296,7 +296,7 @@ def schema_rules(pairs: list[tuple[str, dict]]) -> str:
 def schema_grammar(schema: dict) -> str:
     """A whole-answer grammar for one JSON schema (response_format json_object)."""
     conv = ToolSchemaConverter()
-    schema = conv.resolve_refs(engine_schema(schema), "schema")
+    schema = conv.resolve_refs(copy.deepcopy(engine_schema(schema)), "schema")  # it rewrites $refs in place
     got = conv.visit(schema, "")
     if got != "root":
         conv.set_rule("root", got)

@@ -5,22 +5,33 @@ trigger is kept, and a grammar phase continues on the same sequence (llama.cpp r
 KV cache of the common prefix, so nothing is evaluated twice) until the call's grammar is
 complete; then a free phase again, for content or another call. Plain text therefore
 costs what it costs without tools. Stop strings, max_tokens and usage are counted here,
-across phases, because each phase is a separate `Llama.generate` run.
+across phases.
+
+Each step samples first and checks only the chosen token against the grammar, as llama.cpp's
+own server does: the grammar is applied to every candidate only when that token is rejected,
+which is rare while the model follows the call's format (llama-cpp-python's `Llama.generate`
+applies it to all 49,152 candidates of a SmolLM2 step, every step). A step with no grammar
+and nothing to change in the logits is one llama.cpp call.
 """
 from __future__ import annotations
 
 import codecs
+import ctypes
+import math
 import random
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
-from llama_cpp import LlamaGrammar, LogitsProcessorList
+from llama_cpp import LlamaGrammar
 
 from toolbridge.steer import Steering
 
-from .compat import base_seed, is_end_of_generation
+from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
+                     reuse_cache, sample_in_c, sampler_chain)
+
+_TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 
 
 @dataclass
@@ -35,47 +46,74 @@ class Sampling:
     repeat_penalty: float = 1.1
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
-    tfs_z: float = 1.0
     mirostat_mode: int = 0
     mirostat_tau: float = 5.0
     mirostat_eta: float = 0.1
-    logits_processor: LogitsProcessorList | None = None
-
-    def generate_kwargs(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    processors: list[Callable[[Any, Any], Any]] = field(default_factory=list)  # in-process callers' own
 
 
-def with_logit_bias(processors: Any, logit_bias: dict | None) -> LogitsProcessorList | None:
-    """The request's logits processors plus its logit_bias (as llama-cpp-python applies it)."""
-    out = LogitsProcessorList(processors or [])
-    if logit_bias:
-        ids = np.array([int(k) for k in logit_bias], dtype=np.intc)
-        bias = np.array([float(v) for v in logit_bias.values()], dtype=np.single)
+class Sampler:
+    """One phase's sampling: the request's sampler chain, and its grammar checked sample-first."""
 
-        def apply(_input_ids: Any, scores: Any) -> Any:
-            scores = np.copy(scores)
-            scores[ids] += bias
-            return scores
+    def __init__(self, llama: llama_cpp.Llama, sampling: Sampling, seed: int, grammar: LlamaGrammar | None,
+                 steering: Steering | None, answer_start: int):
+        self.llama = llama
+        self.chain = sampler_chain(llama, sampling, seed, sampling.logit_bias)
+        self.grammar = GrammarSampler(llama, *grammar_text(grammar)) if grammar is not None else None
+        self.processors = sampling.processors
+        self.steering = steering
+        self.answer_start = answer_start
+        self.buf: np.ndarray | None = None
 
-        out.append(apply)
-    return out or None
+    def close(self) -> None:
+        if self.grammar is not None:
+            self.grammar.close()
+        self.chain.close()
 
+    def next(self, tokens: list[int]) -> int:
+        """The next token after `tokens` (all evaluated), accepted by the chain and the grammar."""
+        steer = self.steering
+        changes = (steer.changes(tokens[self.answer_start:])
+                   if steer is not None and len(tokens) - self.answer_start < steer.horizon else ())
+        if self.grammar is None and not changes and not self.processors:
+            return sample_in_c(self.llama, self.chain)
+        logits = last_logits(self.llama)
+        if changes or self.processors:
+            logits = logits.copy()
+            for token, change in changes:
+                logits[token] += change
+            for f in self.processors:
+                logits = f(input_ids(self.llama), logits)
+        token = self._pick(logits, grammar_first=False)
+        if self.grammar is not None and not self._allowed(token, logits):
+            token = self._pick(logits, grammar_first=True)
+        llama_cpp.llama_sampler_accept(self.chain.sampler, token)
+        if self.grammar is not None:
+            llama_cpp.llama_sampler_accept(self.grammar.ptr, token)
+        return token
 
-def steering_processor(steering: Steering, prompt_length: int) -> Callable:
-    """The `auto` steering (toolbridge.steer) as a llama-cpp-python logits processor."""
-    def apply(input_ids: Any, scores: Any) -> Any:
-        output = input_ids[prompt_length:]
-        if len(output) >= steering.horizon:
-            return scores
-        changes = steering.changes([int(t) for t in output])
-        if not changes:
-            return scores
-        scores = np.copy(scores)
-        for token, change in changes:
-            scores[token] += change
-        return scores
+    def _pick(self, logits: np.ndarray, grammar_first: bool) -> int:
+        """Apply the chain (after the grammar, if asked) to every candidate; the chosen token."""
+        if self.buf is None:
+            self.buf = np.zeros(len(logits), dtype=_TOKEN_DATA)
+            self.ids = np.arange(len(logits), dtype=np.intc)
+        buf = self.buf
+        buf["id"] = self.ids
+        buf["logit"] = logits
+        buf["p"] = 0.0
+        arr = llama_cpp.llama_token_data_array(buf.ctypes.data_as(llama_cpp.llama_token_data_p), len(buf), -1, False)
+        if grammar_first:
+            llama_cpp.llama_sampler_apply(self.grammar.ptr, ctypes.byref(arr))
+        llama_cpp.llama_sampler_apply(self.chain.sampler, ctypes.byref(arr))
+        return int(arr.data[arr.selected].id)
 
-    return apply
+    def _allowed(self, token: int, logits: np.ndarray) -> bool:
+        """Whether the grammar lets `token` through next (it sets a rejected logit to -inf)."""
+        one = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, float(logits[token]), 0.0))
+        arr = llama_cpp.llama_token_data_array(one, 1, -1, False)
+        llama_cpp.llama_sampler_apply(self.grammar.ptr, ctypes.byref(arr))
+        return not math.isinf(one[0].logit)
 
 
 # How a phase ended.
@@ -91,9 +129,7 @@ class Session:
         self.prompt_text = prompt_text
         self.tokens = list(prompt_tokens)
         self.n_prompt = len(self.tokens)
-        if steering is not None:
-            sampling.logits_processor = LogitsProcessorList([*(sampling.logits_processor or []),
-                                                             steering_processor(steering, len(self.tokens))])
+        self.steering = steering
         self.sampling = sampling
         n_ctx = llama.n_ctx()
         self.max_tokens = n_ctx - self.n_prompt if not max_tokens or max_tokens <= 0 else max_tokens
@@ -119,7 +155,8 @@ class Session:
             self.ended = LENGTH
             return
         llama = self.llama
-        llama.set_seed((self.seed + self.phases) % 2**32)
+        sampler = Sampler(llama, self.sampling, (self.seed + self.phases) % 2**32, grammar, self.steering,
+                          self.n_prompt)
         self.phases += 1
         watch = self.stop + [s for s in stop if s and s not in self.stop] + ([trigger] if trigger else [])
         start = len(self.tokens)
@@ -129,9 +166,12 @@ class Session:
         kept: list[str] = []  # text of this phase already yielded
         pending = ""
         self.ended = LENGTH
-        gen = llama.generate(self.tokens, grammar=grammar, **self.sampling.generate_kwargs())
+        todo = reuse_cache(llama, self.tokens)
         try:
-            for token in gen:
+            while True:
+                if todo:
+                    llama.eval(todo)
+                token = sampler.next(self.tokens)
                 if is_end_of_generation(llama, token):
                     self.ended = EOG
                     break
@@ -163,8 +203,9 @@ class Session:
                     yield out
                 if self.budget <= 0:
                     break
+                todo = [token]
         finally:
-            gen.close()
+            sampler.close()
         if self.ended != TRIGGER:
             pending += decoder.decode(b"", final=True)
             if pending and self.ended != STOP:

@@ -8,6 +8,7 @@ parser -> an OpenAI response, or chunks (toolbridge.deltas).
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
 from contextvars import ContextVar
@@ -26,7 +27,7 @@ from toolbridge.steer import Steering
 
 from . import prompt
 from .compat import token_text
-from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, with_logit_bias
+from .generate import EOG, LENGTH, TRIGGER, Sampling, Session
 from .grammar import tool_grammar, user_grammar
 
 # Request fields llama-cpp-python's request model drops; the server middleware puts them here.
@@ -63,6 +64,7 @@ def toolbridge_chat_handler(
                       function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
                       template_kwargs=kwargs, stop=stop, user_constraint=user is not None)
         constraint, lazy = _constraint(llama, req, user)
+        bias = _logit_bias(llama, logit_bias)
         text = prompt.render(llama, messages, req, kwargs)
         tokens = prompt.tokenize(llama, text)
         if len(tokens) >= llama.n_ctx():
@@ -77,9 +79,9 @@ def toolbridge_chat_handler(
     eos = token_text(llama, llama.token_eos())
     sampling = Sampling(temp=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                         repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
-                        frequency_penalty=frequency_penalty, tfs_z=tfs_z, mirostat_mode=mirostat_mode,
+                        frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode,
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                        logits_processor=with_logit_bias(logits_processor, logit_bias))
+                        logit_bias=bias, processors=list(logits_processor or []))
     steering = _steering(llama, req) if req.steer and lazy else None
     session = Session(llama, text, tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])], steering=steering)
@@ -98,6 +100,22 @@ def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | N
         g = tool_grammar(llama, req.toolset, req.dialect, req.choice, parallel=False, after_trigger=True)
         return g, g is not None
     return user, False
+
+
+def _logit_bias(llama: llama_cpp.Llama, logit_bias: Any) -> dict[int, float]:
+    """The request's logit_bias as token ids and finite numbers (llama.cpp reads the ids as
+    indexes into the vocabulary: an id outside it is a bad request, not a crash)."""
+    out: dict[int, float] = {}
+    for key, value in (logit_bias or {}).items():
+        try:
+            token, change = int(key), float(value)
+        except (TypeError, ValueError):
+            raise BadRequest(f"logit_bias maps token ids to numbers; got {key!r}: {value!r}.", param="logit_bias") from None
+        if not 0 <= token < llama.n_vocab() or math.isnan(change):
+            raise BadRequest(f"logit_bias token id {key!r} is not in the vocabulary (0..{llama.n_vocab() - 1}).",
+                             param="logit_bias")
+        out[token] = change
+    return out
 
 
 _STEERING: dict[tuple[int, str, float], Steering] = {}

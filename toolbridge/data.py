@@ -16,10 +16,18 @@ from .lenient import LenientReader
 dumps = json.JSONEncoder(ensure_ascii=False).encode
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
 def plain_data(x: Any) -> Any:
-    """Dicts, lists and scalars from pydantic models and other mappings (deep)."""
+    """Dicts, lists and scalars from pydantic models and other mappings (deep). A pydantic
+    model dumps itself (deep, in Rust); dicts and lists are walked for models inside them."""
+    if isinstance(x, _SCALARS):
+        return x
     if hasattr(x, "model_dump"):
-        x = x.model_dump(exclude_none=True)
+        return x.model_dump(exclude_none=True)
+    if isinstance(x, dict) and all(isinstance(v, _SCALARS) for v in x.values()):
+        return x
     if isinstance(x, Mapping):
         return {k: plain_data(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
 from .dialects import Dialect
-from .schema import engine_schema
 from .tools import Tool, ToolChoice
 
 log = logging.getLogger("toolbridge")
@@ -39,7 +38,7 @@ def frames(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice | None = 
     for t in allowed:
         begin = (dialect.calls_open if wrap else "") + dialect.call[0] + t.name + dialect.call[1]
         end = dialect.call[2] + (dialect.calls_close if wrap else "")
-        out.append(Frame(begin, engine_schema(t.parameters), end))
+        out.append(Frame(begin, t.engine_parameters, end))
     return out
 
 

@@ -9,17 +9,16 @@ rules for what the answer's calls and finish reason are. A bad request raises Ba
 
 Work that depends only on the tool set (checking and compiling schemas, and whatever an
 engine derives from the tools: grammars, structural tags, compile checks) is done once per
-distinct set: `toolset` caches sets by content, and `ToolSet.memo` keeps each engine's
-artefacts with the set.
+distinct set: `toolset` finds a set sent before by comparing content (not object identity),
+and `ToolSet.memo` keeps each engine's artefacts with the set.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 from .data import plain_data
@@ -30,7 +29,8 @@ from .options import Options, resolve
 from .parse import ParseResult, parse
 from .steer import follows_user_turn
 from .stream import StreamParser
-from .tools import Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools
+from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
+                    tool_fields)
 
 T = TypeVar("T")
 
@@ -47,12 +47,17 @@ MEMO_SIZE = 256
 class ToolSet:
     """The checked tools of a request, shared by every request that sends the same tools."""
 
-    def __init__(self, key: str, tools: Sequence[Tool], specs: list[dict]):
-        self.key = key
+    def __init__(self, raw: list, signature: list[tuple], tools: Sequence[Tool]):
+        self.raw = raw  # the tools as the first request sent them
+        self.signature = signature  # what toolbridge reads of them, compared with later requests
         self.tools = tuple(tools)
-        self.specs = specs  # the tools as plain OpenAI dicts, for the prompt
         self._memo: OrderedDict[Hashable, Any] = OrderedDict()
         self._lock = threading.Lock()
+
+    @cached_property
+    def specs(self) -> list[dict]:
+        """The tools as plain OpenAI dicts (what the prompt renders)."""
+        return [plain_data(t) for t in self.raw]
 
     def memo(self, key: Hashable, build: Callable[[], T]) -> T:
         """`build()`, computed once per key for this tool set (bounded, least recently used out)."""
@@ -68,35 +73,31 @@ class ToolSet:
         return value
 
 
-_SETS: OrderedDict[str, ToolSet] = OrderedDict()
+# Tool sets by the names of their tools; a request's tools are then compared with each set of
+# those names by signature (type, name, description, parameters: all toolbridge reads of a
+# tool), one comparison of plain lists, tuples and dicts, done in C.
+_SETS: OrderedDict[tuple, list[ToolSet]] = OrderedDict()
 _SETS_LOCK = threading.Lock()
-
-
-def content_key(tools: Sequence[Any]) -> str:
-    """A key for what `tools` say (not which objects they are)."""
-    h = hashlib.blake2b(digest_size=16)
-    for t in tools:
-        if hasattr(t, "model_dump_json"):  # pydantic models serialize themselves (fast, in Rust)
-            h.update(t.model_dump_json(exclude_none=True).encode())
-        else:
-            h.update(json.dumps(t, ensure_ascii=False, default=repr).encode())
-        h.update(b"\x00")
-    return h.hexdigest()
+SETS_PER_NAMES = 4
 
 
 def toolset(tools: Sequence[Any] | None) -> ToolSet:
     """The checked tool set for these OpenAI tools (dicts or pydantic models); BadRequest when
-    they are malformed. Cached by content."""
+    they are malformed. A set seen before (same content) is found, not checked again."""
     tools = list(tools or ())
-    key = content_key(tools)
+    signature = [tool_fields(t) for t in tools]
+    names = tuple(s[1] if s is not None and isinstance(s[1], str) else None for s in signature)
     with _SETS_LOCK:
-        found = _SETS.get(key)
-        if found is not None:
-            _SETS.move_to_end(key)
-            return found
-    made = ToolSet(key, normalize_tools(tools), [plain_data(t) for t in tools])
+        for found in _SETS.get(names, ()):
+            if found.signature == signature:
+                _SETS.move_to_end(names)
+                return found
+    made = ToolSet(tools, signature, normalize_tools(tools))
     with _SETS_LOCK:
-        _SETS[key] = made
+        bucket = _SETS.setdefault(names, [])
+        bucket.append(made)
+        del bucket[:-SETS_PER_NAMES]
+        _SETS.move_to_end(names)
         while len(_SETS) > TOOLSET_CACHE_SIZE:
             _SETS.popitem(last=False)
     return made

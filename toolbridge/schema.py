@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any, Iterator
 
@@ -207,9 +206,10 @@ _COMMON = ("description", "$defs", "definitions")
 
 
 def engine_schema(schema: Any) -> Any:
-    """A copy of a parameter schema in the subset grammar converters share: OpenAPI's
-    `nullable`, and `type` lists, become `anyOf`; keywords that only annotate are dropped."""
-    return _normalize(copy.deepcopy(schema))
+    """A parameter schema in the subset grammar converters share: OpenAPI's `nullable`, and
+    `type` lists, become `anyOf`; keywords that only annotate are dropped. Every object and
+    list on the way is new; values it does not rewrite (enum lists, constants) are shared."""
+    return _normalize(schema)
 
 
 def _normalize(node: Any) -> Any:

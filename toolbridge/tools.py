@@ -1,21 +1,22 @@
 """OpenAI `tools` and `tool_choice` checked once and turned into the core's types.
 
 A `Tool` carries what the parser and grammars need: the name, the parameter schema,
-a navigator over that schema for coercion, and a compiled jsonschema validator.
+a navigator over that schema for coercion, and a compiled validator. Schemas are checked and
+validated with jsonschema-rs: an agent's 128 tool schemas are meta-validated in about 1 ms
+(the pure-Python jsonschema took about 370 ms on this machine, on every new tool set).
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Iterable, Mapping, Sequence
 
-import jsonschema
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
+import jsonschema_rs
 
 from .data import plain_data
 from .errors import BadRequest
-from .schema import RefError, Schema, check_refs
+from .schema import RefError, Schema, check_refs, engine_schema
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 EMPTY_PARAMETERS: dict = {"type": "object", "properties": {}}
@@ -29,9 +30,14 @@ class Tool:
     schema: Schema = field(repr=False, compare=False)
     validator: Any = field(repr=False, compare=False)
 
+    @cached_property
+    def engine_parameters(self) -> dict:
+        """The parameter schema in the subset the engines' grammar converters share."""
+        return engine_schema(self.parameters)
+
     def errors(self, arguments: Any) -> list[str]:
         """Schema violations of `arguments`, as short messages (empty when valid)."""
-        return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+        return [f"{'/'.join(map(str, e.instance_path)) or '(root)'}: {e.message}"
                 for e in self.validator.iter_errors(arguments)]
 
 
@@ -61,14 +67,31 @@ def make_tool(name: str, description: str = "", parameters: Mapping | None = Non
     if top is not None and top != "object" and not (isinstance(top, list) and "object" in top):
         raise BadRequest(f"Parameters of tool {name!r} must describe an object, not {top!r}.",
                          param=f"{param}.function.parameters", code="invalid_tool_schema")
-    cls = validator_for(parameters, default=jsonschema.Draft202012Validator)
     try:
-        cls.check_schema(parameters)
-        check_refs(parameters)
-    except (SchemaError, RefError) as e:
-        raise BadRequest(f"Parameters of tool {name!r} are not a valid JSON schema: {getattr(e, 'message', e)}",
+        check_refs(parameters)  # local references only: nothing is fetched
+        validator = jsonschema_rs.validator_for(parameters, validate_formats=False, offline=True)
+    except (RefError, jsonschema_rs.ValidationError, ValueError) as e:
+        reason = str(e).split("\n")[0]
+        raise BadRequest(f"Parameters of tool {name!r} are not a valid JSON schema: {reason}",
                          param=f"{param}.function.parameters", code="invalid_tool_schema") from None
-    return Tool(name, description or "", parameters, Schema(parameters), cls(parameters))
+    return Tool(name, description or "", parameters, Schema(parameters), validator)
+
+
+def tool_fields(raw: Any) -> tuple[Any, Any, Any, Any] | None:
+    """(type, name, description, parameters) of an OpenAI tool given as a dict or an engine's
+    pydantic model (read, not serialized), or None when it is neither."""
+    if hasattr(raw, "model_dump"):
+        fn = getattr(raw, "function", raw)
+        return (getattr(raw, "type", "function"), getattr(fn, "name", None), getattr(fn, "description", None),
+                getattr(fn, "parameters", None))
+    if not isinstance(raw, dict):
+        return None
+    fn = raw.get("function", raw)
+    if hasattr(fn, "model_dump"):
+        fn = plain_data(fn)
+    if not isinstance(fn, dict):
+        return raw.get("type", "function"), None, None, None
+    return raw.get("type", "function"), fn.get("name"), fn.get("description"), fn.get("parameters")
 
 
 def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
@@ -79,16 +102,17 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
         if isinstance(raw, Tool):
             tool = raw
         else:
-            spec = plain_data(raw)
-            if not isinstance(spec, Mapping):
+            fields = tool_fields(raw)
+            if fields is None:
                 raise BadRequest(f"tools[{i}] must be an object.", param=f"tools[{i}]")
-            if spec.get("type", "function") != "function":
+            kind, name, description, parameters = fields
+            if kind != "function":
                 raise BadRequest(f"tools[{i}].type must be 'function'.", param=f"tools[{i}].type")
-            fn = plain_data(spec.get("function", spec))
-            if not isinstance(fn, Mapping) or "name" not in fn:
+            if name is None:
                 raise BadRequest(f"tools[{i}].function.name is required.", param=f"tools[{i}].function")
-            tool = make_tool(fn.get("name"), fn.get("description") or "", plain_data(fn.get("parameters")),
-                             param=f"tools[{i}]")
+            if parameters is not None and not isinstance(parameters, dict):
+                parameters = plain_data(parameters)
+            tool = make_tool(name, description or "", parameters, param=f"tools[{i}]")
         if tool.name in seen:
             raise BadRequest(f"Tool name {tool.name!r} is declared twice.", param="tools",
                              code="duplicate_tool_name")

@@ -14,7 +14,7 @@ from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.steer import Steering
 from toolbridge.stream import StreamParser
-from vllm_plugin.constraint import structural_tag
+from vllm_plugin.constraint import memoize_validation, structural_tag
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -168,6 +168,7 @@ def _user_constrained(request: Any) -> bool:
 def register() -> None:
     """Register the parser under its name (idempotent; the plugin file may run twice)."""
     ToolParserManager.register_module(NAME, force=True, module=ToolbridgeToolParser)
+    memoize_validation()
 
 
 register()
