@@ -144,6 +144,13 @@ class Session:
     def budget(self) -> int:
         return min(self.max_tokens - self.completion_tokens, self.llama.n_ctx() - len(self.tokens))
 
+    def prefill(self) -> None:
+        """Evaluate the prompt (what the KV cache does not already hold), so that a stream's
+        first chunk goes out when generation starts, not before a long prompt evaluation."""
+        todo = reuse_cache(self.llama, self.tokens)
+        if todo:
+            self.llama.eval(todo)
+
     def phase(self, grammar: LlamaGrammar | None = None, trigger: str | None = None,
               line_start: bool = False, stop: Sequence[str] = ()) -> Iterator[str]:
         """Generate until end of generation, a stop string, the budget, or (when given) the

@@ -12,6 +12,7 @@ import math
 import time
 import uuid
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import llama_cpp
@@ -59,19 +60,11 @@ def toolbridge_chat_handler(
     server's request model drops come from REQUEST_OPTIONS."""
     request = {**REQUEST_OPTIONS.get(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs}}
     try:
-        user = user_grammar(llama, grammar, plain_data(response_format))
-        req = prepare(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
-                      function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
-                      template_kwargs=kwargs, stop=stop, user_constraint=user is not None)
-        constraint, lazy = _constraint(llama, req, user)
-        bias = _logit_bias(llama, logit_bias)
-        text = prompt.render(llama, messages, req, kwargs)
-        tokens = prompt.tokenize(llama, text)
-        if len(tokens) >= llama.n_ctx():
-            raise BadRequest(f"Requested tokens ({len(tokens)}) exceed context window of {llama.n_ctx()}",
-                             param="messages", code="context_length_exceeded")
-    except (BadRequest, ValueError) as e:
-        e = e if isinstance(e, BadRequest) else BadRequest(str(e))
+        p = prepare_answer(llama, messages=messages, tools=tools, tool_choice=tool_choice, functions=functions,
+                           function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
+                           stop=stop, grammar=grammar, response_format=response_format, logit_bias=logit_bias,
+                           options=kwargs)
+    except BadRequest as e:
         if stream:
             return iter([e.body()])
         raise RequestError(e) from None
@@ -81,14 +74,48 @@ def toolbridge_chat_handler(
                         repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                         frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode,
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
-                        logit_bias=bias, processors=list(logits_processor or []))
-    steering = _steering(llama, req) if req.steer and lazy else None
-    session = Session(llama, text, tokens, sampling, seed=seed, max_tokens=max_tokens,
+                        logit_bias=p.logit_bias, processors=list(logits_processor or []))
+    req = p.req
+    steering = _steering(llama, req) if req.steer and p.lazy else None
+    session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])], steering=steering)
-    answer = Answer(session, req, constraint, lazy, model or llama.model_path)
+    answer = Answer(session, req, p.grammar, p.lazy, model or llama.model_path)
     if stream:
         return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
     return answer.response()
+
+
+@dataclass
+class Prepared:
+    """Everything decided before generation starts."""
+
+    req: ToolRequest
+    grammar: LlamaGrammar | None  # the constraint the answer is generated under
+    lazy: bool  # the grammar is armed by the dialect's trigger (auto)
+    logit_bias: dict[int, float]
+    text: str  # the prompt
+    tokens: list[int]
+
+
+def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_choice: Any, functions: Any,
+                   function_call: Any, parallel_tool_calls: Any, stop: Any, grammar: LlamaGrammar | None,
+                   response_format: Any, logit_bias: Any, options: dict) -> Prepared:
+    """The request's checks, constraint and prompt (BadRequest for a request that must be 400)."""
+    try:
+        user = user_grammar(llama, grammar, plain_data(response_format))
+        req = prepare(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
+                      function_call=function_call, parallel_tool_calls=parallel_tool_calls,
+                      template_kwargs=options, stop=stop, user_constraint=user is not None)
+        constraint, lazy = _constraint(llama, req, user)
+        bias = _logit_bias(llama, logit_bias)
+        text = prompt.render(llama, messages, req, options)
+        tokens = prompt.tokenize(llama, text)
+    except ValueError as e:  # BadRequest included
+        raise e if isinstance(e, BadRequest) else BadRequest(str(e)) from None
+    if len(tokens) >= llama.n_ctx():
+        raise BadRequest(f"Requested tokens ({len(tokens)}) exceed context window of {llama.n_ctx()}",
+                         param="messages", code="context_length_exceeded")
+    return Prepared(req, constraint, lazy, bias, text, tokens)
 
 
 def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | None) -> tuple[LlamaGrammar | None, bool]:
@@ -188,6 +215,7 @@ class Answer:
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
     def chunks(self, include_usage: bool = False) -> Iterator[dict]:
+        self.session.prefill()
         yield self._chunk({"role": "assistant", "content": ""} if self.req.mode == PLAIN else {"role": "assistant"})
         calls = 0
         for batch in self._event_batches():

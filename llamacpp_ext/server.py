@@ -7,8 +7,11 @@
   and per request `repeat_penalty` 1.0 as in upstream llama.cpp's server (llama-cpp-python's
   1.1 penalizes the quotes, commas and braces JSON must repeat: bench/accuracy measured 26%
   exactly right calls under `required` with it, 36% without);
-- a middleware checks chat requests before the route runs, so bad tools, tool choices and
-  tool messages answer 400 with an OpenAI error body in stream mode too; it also keeps the
+- a middleware checks chat requests before the route runs, so a bad body, bad fields (the
+  stock request model's validation, and the OpenAI ranges it lacks: max_tokens >= 1,
+  temperature 0-2, n 1, non-empty messages), bad tools, tool choices and tool messages answer
+  400 with an OpenAI error body, in stream mode too (a stream whose first event is an error,
+  such as a prompt longer than the context, becomes a 400); it also keeps the
   request fields the stock request model drops (`parallel_tool_calls`, `stream_options`)
   and rewrites what that model rejects although OpenAI clients send it (assistant
   `content: null`, list content outside user turns, role `developer`, tools without
@@ -22,73 +25,97 @@ from typing import Any, Callable
 
 import llama_cpp.server.__main__ as server_main
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
-from starlette.responses import JSONResponse
+from llama_cpp.server.types import CreateChatCompletionRequest
+from pydantic import ValidationError
 from toolbridge import BadRequest
-from toolbridge.request import prepare
+from toolbridge.guard import RequestGuard, check_request, send_json
 from toolbridge.tools import EMPTY_PARAMETERS
 
 from . import HANDLER_NAME, register
 from .handler import ERROR_PREFIX, REQUEST_KEYS, REQUEST_OPTIONS
 from .prompt import check_options
 
-CHAT_PATH = "/chat/completions"
+
+class ToolbridgeMiddleware(RequestGuard):
+    """The core's request guard, plus the stock request model's validation and the rewrites
+    that make OpenAI clients' requests acceptable to it."""
+
+    def check(self, data: dict) -> bool:
+        check_request(data)
+        REQUEST_OPTIONS.set({k: data[k] for k in REQUEST_KEYS if k in data})
+        adapt_request(data)
+        check_fields(data)
+        return True
+
+    def wrap_send(self, data: dict, send: Callable) -> Callable:
+        return error_first_event_as_400(send) if data.get("stream") else send
 
 
-class ToolbridgeMiddleware:
-    """Pure ASGI middleware in front of the chat completions route."""
+def check_fields(data: dict) -> None:
+    """The stock request model's own validation, before the route (where a failure would be a
+    500), and the OpenAI ranges it does not check."""
+    try:
+        req = CreateChatCompletionRequest.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise BadRequest(f"{where}: {first['msg']} ({e.error_count()} validation error(s))",
+                         param=str(first["loc"][0]) if first["loc"] else None) from None
+    if not req.messages:
+        raise BadRequest("messages must be a non-empty array.", param="messages")
+    if req.max_tokens is not None and req.max_tokens < 1:
+        raise BadRequest(f"max_tokens must be at least 1 (got {req.max_tokens}).", param="max_tokens")
+    if req.temperature is not None and not 0 <= req.temperature <= 2:
+        raise BadRequest(f"temperature must be between 0 and 2 (got {req.temperature}).", param="temperature")
+    if req.n not in (None, 1):
+        raise BadRequest("n other than 1 is not supported by this server; send separate requests.", param="n")
 
-    def __init__(self, app: Any):
-        self.app = app
 
-    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or not scope.get("path", "").endswith(CHAT_PATH):
-            await self.app(scope, receive, send)
+def error_first_event_as_400(send: Callable) -> Callable:
+    """A stream whose first event is an error (the handler found the request bad, e.g. a prompt
+    longer than the context) is answered 400 with that error instead of 200 and an error event.
+    The response start is held until the first event; SSE comments (pings) before it are dropped."""
+    held: list[dict] = []
+    state = {"decided": False, "dropped": False}
+
+    async def wrapped(message: dict) -> None:
+        if state["dropped"]:
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
-        try:
-            data = json.loads(body)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            try:
-                check_request(data)
-            except BadRequest as e:
-                await JSONResponse(e.body(), status_code=400)(scope, receive, send)
-                return
-            REQUEST_OPTIONS.set({k: data[k] for k in REQUEST_KEYS if k in data})
-            adapt_request(data)
-            body = json.dumps(data).encode("utf-8")
-            scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers", []) if k != b"content-length"]
-                         + [(b"content-length", str(len(body)).encode())])
-        sent = False
+        if state["decided"]:
+            await send(message)
+            return
+        if message["type"] == "http.response.start":
+            held.append(message)
+            return
+        text = message.get("body", b"").decode("utf-8", "replace")
+        event = next((line[5:].strip() for line in text.splitlines() if line.startswith("data:")), None)
+        if event is None and message.get("more_body", False):
+            return
+        error = _error_event(event)
+        if error is not None:
+            state["dropped"] = True
+            await send_json(send, 400, error)
+            return
+        state["decided"] = True
+        for m in held:
+            await send(m)
+        await send(message)
 
-        async def replay() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+    return wrapped
 
 
-def check_request(data: dict) -> None:
-    """The core's request checks on the raw body, so a bad request is a 400 before the route
-    runs (and before a stream starts)."""
-    prepare(tools=data.get("tools"), tool_choice=data.get("tool_choice"), messages=data.get("messages") or (),
-            functions=data.get("functions"), function_call=data.get("function_call"),
-            parallel_tool_calls=data.get("parallel_tool_calls"), stop=data.get("stop"))
+def _error_event(event: str | None) -> dict | None:
+    try:
+        data = json.loads(event) if event else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("error"), dict) else None
 
 
 def adapt_request(data: dict) -> None:
     """Rewrite, in place, what OpenAI clients send and the stock request model rejects."""
-    for m in data.get("messages") or ():
+    messages = data.get("messages")
+    for m in messages if isinstance(messages, list) else ():
         if not isinstance(m, dict):
             continue
         if m.get("role") == "developer":
@@ -98,7 +125,8 @@ def adapt_request(data: dict) -> None:
             m["content"] = ""
         elif isinstance(content, list) and m.get("role") != "user":
             m["content"] = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    for tool in data.get("tools") or ():
+    tools = data.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
         fn = tool.get("function") if isinstance(tool, dict) else None
         if isinstance(fn, dict) and fn.get("parameters") is None:
             fn["parameters"] = dict(EMPTY_PARAMETERS)

@@ -12,7 +12,10 @@ py="$venv/bin/python"
 # ones the packaging tests make (also when pip's own cache is off).
 LLAMA_CPP="llama-cpp-python==0.3.36"
 wheels="$PWD/.cache/wheels"
+# Built for AVX2, not -march=native: on CPUs with AMX (Sapphire Rapids and later) a native build
+# takes llama.cpp's AMX kernels, which crash on the first decode of the Q4_1 model (seen here);
+# the portable build also runs on any x86-64 machine that later finds the cached wheel.
 if ! compgen -G "$wheels/llama_cpp_python-0.3.36-*.whl" >/dev/null; then
-  "$py" -m pip wheel -q --no-deps -w "$wheels" "$LLAMA_CPP"
+  CMAKE_ARGS="-DGGML_NATIVE=OFF ${CMAKE_ARGS:-}" "$py" -m pip wheel -q --no-cache-dir --no-deps -w "$wheels" "$LLAMA_CPP"
 fi
 export PIP_FIND_LINKS="${PIP_FIND_LINKS:+$PIP_FIND_LINKS }$wheels"

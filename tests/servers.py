@@ -93,3 +93,23 @@ def require(module: str) -> None:
 
 
 PYTHON = sys.executable
+
+
+LOAD_STREAMS, LOAD_TOOLS = 16, 50
+
+
+def check_load(base_url: str, model: str) -> None:
+    """16 concurrent streams with 50 real tools (half must call), then without tools: every
+    stream completes, every call is schema-valid, none is starved. Prints the figures."""
+    from bench.load import load_tools, run, summary
+
+    loaded = run(base_url, model, LOAD_STREAMS, load_tools(LOAD_TOOLS), max_tokens=48)
+    plain = run(base_url, model, LOAD_STREAMS, None, max_tokens=48)
+    print("\n" + summary(f"{LOAD_TOOLS} tools", loaded) + "\n" + summary("no tools", plain))
+    print(f"output tokens/s with tools / without: {loaded['tokens_per_s'] / plain['tokens_per_s']:.1%}")
+    for r in (loaded, plain):
+        assert r["completed"] == LOAD_STREAMS, [s.error for s in r["streams"] if s.error]
+        assert r["longest_gap"] < 30, r["longest_gap"]  # a started stream is never left waiting
+    assert loaded["invalid"] == 0, [s.invalid for s in loaded["streams"] if s.invalid]
+    required = loaded["streams"][::2]
+    assert all(s.calls for s in required), [(s.ask, s.content) for s in required if not s.calls]

@@ -122,6 +122,9 @@ class ScriptedSession:
         self.ended = ""
         self.n_prompt, self.completion_tokens = 10, 0
 
+    def prefill(self):
+        pass
+
     def phase(self, grammar=None, trigger=None, line_start=False, stop=()):
         text = self.texts.pop(0) if self.texts else ""
         self.completion_tokens += len(text)

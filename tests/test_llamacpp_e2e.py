@@ -18,7 +18,8 @@ import httpx
 import pytest
 from jsonschema.validators import validator_for
 
-from servers import PYTHON, Server, free_port, require
+import hostile
+from servers import PYTHON, Server, check_load, free_port, require
 from toolsets import READ, SEARCH, WEATHER
 
 pytestmark = pytest.mark.llamacpp
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.llamacpp
 TOOLS = [WEATHER, SEARCH, READ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
-COMMON_FLAGS = ["--n_ctx", "4096", "--n_threads", "1", "--n_threads_batch", "1", "--verbose", "false"]
+COMMON_FLAGS = ["--n_ctx", "8192", "--n_threads", "1", "--n_threads_batch", "1", "--verbose", "false"]
 
 
 @pytest.fixture(scope="module")
@@ -371,3 +372,26 @@ def test_config_file_console_script(tmp_path):
         content, calls, _, _ = ask(c, False, messages=[{"role": "user", "content": "Say hello."}], tools=TOOLS,
                                    max_tokens=20)
         assert calls == [] and content
+
+
+# -- load ------------------------------------------------------------------------------------------
+
+def test_load_16_streams_with_50_tools(server):
+    """Requests queue for the one model (llama-cpp-python serves them in turn): all complete,
+    calls are valid, and a stream, once started, is never left waiting."""
+    check_load(server.base_url, "smol")
+
+
+# -- hostile and broken requests (tests/hostile.py) ----------------------------------------------
+
+@pytest.mark.parametrize("case", hostile.CASES, ids=lambda c: c.name)
+def test_hostile_request(server, case):
+    hostile.check_case(server.base_url, "smol", case)
+
+
+def test_clients_that_hang_up(server):
+    hostile.cut_streams(server.base_url, "smol")
+
+
+def test_fuzzed_requests(server):
+    hostile.run_fuzz(server.base_url, "smol", examples=150)

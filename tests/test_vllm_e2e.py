@@ -12,7 +12,8 @@ import jsonschema
 import openai
 import pytest
 
-from servers import PYTHON, ROOT, Server, free_port, require
+import hostile
+from servers import PYTHON, ROOT, Server, check_load, free_port, require
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -37,8 +38,9 @@ def server():
     model = hf_copy()
     port = free_port()
     argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "smollm2",
-            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096", "--dtype", "bfloat16",
+            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "8192", "--dtype", "bfloat16",
             "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
+            "--middleware", "vllm_plugin.middleware.RequestGuard",
             "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
     with Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900) as s:
         yield s
@@ -243,3 +245,24 @@ def test_malformed_requests_are_400(client, case, stream):
         if stream:
             list(r)
     assert e.value.status_code == 400
+
+
+def test_load_16_streams_with_50_tools(server):
+    """Continuous batching with a 7k-token shared tool prompt: all complete, calls are valid,
+    no stream starves."""
+    check_load(server.base_url, "smollm2")
+
+
+# -- hostile and broken requests (tests/hostile.py) ----------------------------------------------
+
+@pytest.mark.parametrize("case", hostile.CASES, ids=lambda c: c.name)
+def test_hostile_request(server, case):
+    hostile.check_case(server.base_url, "smollm2", case)
+
+
+def test_clients_that_hang_up(server):
+    hostile.cut_streams(server.base_url, "smollm2")
+
+
+def test_fuzzed_requests(server):
+    hostile.run_fuzz(server.base_url, "smollm2", examples=150)

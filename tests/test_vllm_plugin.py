@@ -114,3 +114,27 @@ def test_structural_tags_compile_for_every_dialect():
         for choice in ("auto", "required", {"type": "function", "function": {"name": "search"}}):
             req = adjusted(tools=[WEATHER, SEARCH], tool_choice=choice, chat_template_kwargs={"tb_dialect": name})
             xgrammar.Grammar.from_structural_tag(req.structured_outputs.structural_tag)
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "search"}}])
+def test_own_constraint_is_not_taken_for_the_users(choice):
+    """The parser reads the adjusted request again for the answer: the structural tag it set
+    itself is not a user constraint (which would conflict with a forced choice)."""
+    req = adjusted(tool_choice=choice)
+    out = '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>'
+    info = ToolbridgeToolParser(None).extract_tool_calls(out, req)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls] == [("search", {"query": "x"})]
+
+
+@pytest.mark.parametrize("kw, param", [
+    ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "response_format"),
+    ({"tool_choice": "required", "stop": ["<tool_call>"]}, "stop"),
+    ({"tool_choice": {"type": "function", "function": {"name": "search"}}, "stop": ["}"]}, "stop"),
+])
+def test_forced_call_the_request_itself_forbids_is_400(kw, param):
+    with pytest.raises(ValueError, match=param):
+        adjusted(**kw)
+
+
+def test_stop_strings_that_no_call_contains_are_kept():
+    assert "Observation:" in adjusted(tool_choice="required", stop=["Observation:"]).stop

@@ -7,6 +7,8 @@ once; a prompt asks for one.
 """
 from __future__ import annotations
 
+import re
+
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -71,7 +73,9 @@ class Dialect:
         return {"call": list(self.call), "joiner": self.joiner, "calls_open": self.calls_open,
                 "calls_close": self.calls_close, "wrap_single": self.wrap_single, "args_as_string": self.args_as_string,
                 "result": list(self.result), "result_json": self.result_json,
-                "instruction": self.instruction}
+                "instruction": self.instruction,
+                "guard": list(dict.fromkeys(re.findall(r"<[^<>\s]+>", " ".join(
+                    (self.open, self.close, self.result_marker, *self.result)))))}
 
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (

@@ -84,6 +84,8 @@ SETS_PER_NAMES = 4
 def toolset(tools: Sequence[Any] | None) -> ToolSet:
     """The checked tool set for these OpenAI tools (dicts or pydantic models); BadRequest when
     they are malformed. A set seen before (same content) is found, not checked again."""
+    if tools is not None and not isinstance(tools, (list, tuple)):
+        raise BadRequest("tools must be an array of tool objects.", param="tools")
     tools = list(tools or ())
     signature = [tool_fields(t) for t in tools]
     names = tuple(s[1] if s is not None and isinstance(s[1], str) else None for s in signature)
@@ -176,11 +178,28 @@ def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: S
     else:
         mode = LAZY
     stops = _stop_list(stop)
+    if choice.forced:
+        _check_forced(choice, options.dialect, stops, user_constraint)
     if mode != PLAIN:
         stops += options.dialect.stop
     steer = mode == LAZY and options.call_bias != 0 and follows_user_turn(messages)
     return ToolRequest(ts, choice, options, parallel_tool_calls is not False, mode, steer,
                        tuple(dict.fromkeys(s for s in stops if s)))
+
+
+def _check_forced(choice: ToolChoice, dialect: Dialect, stops: Sequence[str], user_constraint: bool) -> None:
+    """A forced call (required or a named tool) that the request itself makes impossible is a
+    bad request, not an answer whose finish reason contradicts its message."""
+    what = "a named tool_choice" if choice.mode == "named" else f"tool_choice {choice.mode!r}"
+    if user_constraint:
+        raise BadRequest(f"{what} constrains the answer to tool calls; response_format (or a grammar) "
+                         "constrains it to something else. Send one of them.", param="response_format",
+                         code="conflicting_fields")
+    fixed = [dialect.open, dialect.close, *dialect.call, dialect.calls_open, dialect.calls_close]
+    for s in stops:
+        if any(s in part for part in fixed if part):
+            raise BadRequest(f"stop string {s!r} is part of every tool call in the {dialect.name!r} format, so "
+                             f"{what} could never be answered.", param="stop", code="conflicting_fields")
 
 
 def _stop_list(stop: Any) -> list[str]:

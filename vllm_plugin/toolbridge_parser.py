@@ -6,6 +6,7 @@ and safe to execute twice), or the `vllm.general_plugins` entry point once insta
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any, Sequence
 
 from toolbridge import BadRequest
@@ -72,6 +73,7 @@ class ToolbridgeToolParser(ToolParser):
         if tag is not None:
             request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
             request.response_format = None
+            _OURS[id(request.structured_outputs)] = request.structured_outputs
         return request
 
     # -- non-streaming --------------------------------------------------------------------------
@@ -156,11 +158,18 @@ def _steering(tokenizer: Any, req: ToolRequest) -> Steering:
     return _STEERING[key]
 
 
+# The constraints adjust_request set (the parser reads the same request again for its answer,
+# and must not take toolbridge's own constraint for the user's).
+_OURS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+
+
 def _user_constrained(request: Any) -> bool:
     rf = getattr(request, "response_format", None)
     if rf is not None and getattr(rf, "type", "text") != "text":
         return True
     so = getattr(request, "structured_outputs", None)
+    if so is not None and _OURS.get(id(so)) is so:
+        return False
     return so is not None and any(getattr(so, k, None) for k in
                                   ("json", "regex", "choice", "grammar", "json_object", "structural_tag"))
 
