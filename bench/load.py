@@ -55,6 +55,7 @@ class Stream:
     first_chunk: float = 0.0  # seconds after the start
     longest_gap: float = 0.0  # between chunks, after the first
     tokens: int = 0
+    decode_time: float = 0.0  # from the first chunk to the last
     calls: list = field(default_factory=list)  # (name, arguments)
     invalid: list = field(default_factory=list)
     content: str = ""
@@ -100,6 +101,7 @@ def run(base_url: str, model: str, streams: int = 16, tools: list[dict] | None =
                         slot[0] += (tc.function.name or "") if tc.function else ""
                         slot[1] += (tc.function.arguments or "") if tc.function else ""
             s.done = True
+            s.decode_time = (last - t0 - s.first_chunk) if last is not None else 0.0
         except Exception as e:  # reported per stream
             s.error = f"{type(e).__name__}: {e}"
         if s.finish == "length" and parts:
@@ -117,7 +119,9 @@ def run(base_url: str, model: str, streams: int = 16, tools: list[dict] | None =
         results = list(pool.map(one, range(streams)))
     wall = time.perf_counter() - t
     tokens = sum(s.tokens for s in results)
+    rates = [s.tokens / s.decode_time for s in results if s.decode_time > 0 and s.tokens > 1]
     return {"streams": results, "wall": wall, "tokens": tokens, "tokens_per_s": tokens / wall,
+            "stream_tokens_per_s": sum(rates) / len(rates) if rates else 0.0,
             "completed": sum(s.done for s in results), "calls": sum(len(s.calls) for s in results),
             "invalid": sum(len(s.invalid) for s in results),
             "longest_gap": max(s.longest_gap for s in results),
@@ -126,7 +130,8 @@ def run(base_url: str, model: str, streams: int = 16, tools: list[dict] | None =
 
 def summary(label: str, r: dict) -> str:
     return (f"{label}: {r['completed']}/{len(r['streams'])} streams completed, {r['calls']} calls "
-            f"({r['invalid']} invalid), {r['tokens']} tokens in {r['wall']:.1f} s = {r['tokens_per_s']:.1f} tok/s; "
+            f"({r['invalid']} invalid), {r['tokens']} tokens in {r['wall']:.1f} s = {r['tokens_per_s']:.1f} tok/s "
+            f"(per stream, from its first chunk: {r['stream_tokens_per_s']:.1f} tok/s); "
             f"longest gap between chunks {r['longest_gap']:.2f} s, longest time to first chunk "
             f"{r['longest_first_chunk']:.1f} s")
 

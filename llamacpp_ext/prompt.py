@@ -20,7 +20,7 @@ import llama_cpp
 from toolbridge.data import plain_data
 from toolbridge.families import FAMILIES, read_stock, template_path, wrap
 from toolbridge.options import KEYS, resolve
-from toolbridge.render import compile_template
+from toolbridge.render import compile_template, tools_instruction
 from toolbridge.request import PLAIN, ToolRequest
 
 from .compat import model_key, token_text
@@ -73,6 +73,11 @@ def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, op
     extra = {k: v for k, v in options.items() if k not in KEYS}
     if req.force:
         extra["tb_force"] = req.force
+    if req.mode != PLAIN:
+        example = options.get("tb_example", True) is not False
+        extra["tb_instruction"] = req.toolset.memo(
+            ("instruction", req.dialect.name, example, req.force),
+            lambda: tools_instruction(req.toolset.specs, dialect=req.dialect, example=example, force=req.force))
     return template(llama, req, options).render(
         messages=plain_data(list(messages)), tools=req.toolset.specs if req.mode != PLAIN else [],
         add_generation_prompt=True, bos_token=token_text(llama, llama.token_bos()),

@@ -110,3 +110,22 @@ def test_unmatched_tool_message_renders_without_name():
     msgs = [{"role": "user", "content": "q"}, {"role": "tool", "tool_call_id": "nope", "content": "r"}]
     out = render_messages(msgs, [READ], dialect="react")
     assert out[-1] == {"role": "user", "content": "q\n\nObservation (): r"}
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+@pytest.mark.parametrize("force", [None, "required", "search"])
+@pytest.mark.parametrize("example", [True, False])
+def test_cached_instruction_renders_the_same_prompt(dialect, force, example):
+    """tb_instruction (the text tools_instruction gives, kept per tool set) changes nothing."""
+    from toolbridge.families import FAMILIES, wrap
+    from toolbridge.render import compile_template, tools_instruction
+
+    tpl = compile_template(wrap(FAMILIES["chatml"].stock, dialect=dialect, example=example))
+    msgs = [{"role": "user", "content": "Weather in Paris?"}]
+    kw = {"tb_force": force} if force else {}
+    text = tools_instruction(TOOLS, dialect=dialect, example=example, force=force)
+    assert text and text in tpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, **kw)
+    assert (tpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, tb_instruction=text, **kw)
+            == tpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, **kw))
+    other = tpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, tb_instruction="CACHED", **kw)
+    assert "CACHED" in other and text not in other  # the prelude does use the text it is given
