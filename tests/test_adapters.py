@@ -162,3 +162,49 @@ def test_llamacpp_cut_off_call_is_no_call():
     r = Answer(ScriptedSession(['<tool_call>{"name": "get_weather", "arguments": {"city": "Pa'], LENGTH),
                req, None, False, "m").response()
     assert r["choices"][0]["finish_reason"] == "length" and "tool_calls" not in r["choices"][0]["message"]
+
+
+# -- the request guard (toolbridge.guard), as an ASGI app in front of a recording app ---------------
+
+def guarded(body: bytes, guard_class=None) -> tuple[int, dict | None, bytes | None]:
+    """(status, error body, what the app behind received) for one POST through the guard."""
+    import asyncio
+
+    from toolbridge.guard import RequestGuard
+
+    seen: dict = {}
+
+    async def app(scope, receive, send):
+        seen["body"] = (await receive())["body"]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}", "more_body": False})
+
+    sent: list = []
+    chunks = [body[:5], body[5:]]
+
+    async def receive():
+        return {"type": "http.request", "body": chunks.pop(0), "more_body": bool(chunks)}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    asyncio.run((guard_class or RequestGuard)(app)(scope, receive, send))
+    status = sent[0]["status"]
+    return status, json.loads(sent[1]["body"]) if status != 200 else None, seen.get("body")
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[1, 2]", b'"text"', b"", b'{"messages": [], "x": "\xff"}',
+                                  json.dumps({"messages": PARIS, "tools": 5}).encode(),
+                                  json.dumps({"messages": PARIS, "tools": [SEARCH],
+                                              "tool_choice": {"type": "function", "function": {"name": "nope"}}}).encode(),
+                                  json.dumps({"messages": PARIS, "tools": [SEARCH], "tool_choice": "required",
+                                              "stop": ["<tool_call>"]}).encode()])
+def test_guard_refuses_bad_bodies_with_an_openai_error(body):
+    status, error, passed = guarded(body)
+    assert status == 400 and error["error"]["message"] and passed is None
+
+
+def test_guard_passes_a_good_body_through_unchanged():
+    body = json.dumps({"messages": PARIS, "tools": [SEARCH], "tool_choice": "required"}).encode()
+    assert guarded(body) == (200, None, body)
