@@ -95,6 +95,20 @@ def require(module: str) -> None:
 PYTHON = sys.executable
 
 
+def llama_server_binary() -> str:
+    """Stock `llama-server`, as scripts/llama_server.sh builds it (or $TOOLBRIDGE_LLAMA_SERVER).
+    Fails (or skips, when TOOLBRIDGE_SKIP_E2E=1) when it is not there."""
+    import pytest
+
+    path = os.environ.get("TOOLBRIDGE_LLAMA_SERVER") or str(ROOT / ".cache" / "llama-server" / "llama-server")
+    if not os.access(path, os.X_OK):
+        why = f"{path} is missing: run `bash scripts/llama_server.sh` (scripts/test.sh does)"
+        if os.environ.get("TOOLBRIDGE_SKIP_E2E") == "1":
+            pytest.skip(why)
+        pytest.fail(why)
+    return path
+
+
 LOAD_STREAMS, LOAD_TOOLS = 16, 50
 
 

@@ -20,9 +20,9 @@ def default_dest() -> Path:
     return root / "smollm2-135m-instruct-hf"
 
 
-def hf_copy(dest: Path | None = None) -> Path:
-    """A Hugging Face format copy of the embedded GGUF (made once, then reused)."""
-    src = gguf_path()
+def hf_copy(dest: Path | None = None, src: Path | None = None) -> Path:
+    """A Hugging Face format copy of a GGUF, by default the embedded one (made once, then reused)."""
+    src = Path(src or gguf_path())
     dest = Path(dest or default_dest())
     stamp = hashlib.sha256(f"{src}:{src.stat().st_size}".encode()).hexdigest()[:16]
     if (dest / ".toolbridge-source").is_file() and (dest / ".toolbridge-source").read_text() == stamp:

