@@ -3,13 +3,15 @@ the core's prelude, rendered to text and tokens.
 
 Options come from the model's `chat_template_kwargs` (CLI `--chat_template_kwargs` or the
 config file): `tb_template` ("gguf", a packaged family name, or a path to a template file,
-model directory or GGUF), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and
+model directory or GGUF; "native": the GGUF's own template as it is, for a model whose template
+renders tools itself, so the prompt is the one the model was trained on), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and
 `tb_call_bias` (toolbridge.options). Every other key is passed to the template as a variable,
 as llama-cpp-python's Jinja handlers do.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import threading
 from typing import Any, Sequence
@@ -43,10 +45,14 @@ def stock_template(llama: llama_cpp.Llama | None, source: str | None) -> str:
     return read_stock(source)
 
 
+NATIVE = "native"
+
+
 def check_options(options: dict) -> None:
     """Fail early (at server start) on unknown options or an unreadable template."""
     resolve(options)
-    stock_template(None, options.get("tb_template") or "chatml")
+    if options.get("tb_template") != NATIVE:
+        stock_template(None, options.get("tb_template") or "chatml")
 
 
 def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> jinja2.Template:
@@ -59,12 +65,50 @@ def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> jinja2.
     with _LOCK:
         found = _TEMPLATES.get(key)
     if found is None:
-        src = wrap(stock_template(llama, source), dialect=dialect.name, example=example,
-                   system_role=None if system_role is None else bool(system_role))
+        if source == NATIVE:
+            src = native_template(llama)
+        else:
+            src = wrap(stock_template(llama, source), dialect=dialect.name, example=example,
+                       system_role=None if system_role is None else bool(system_role))
         found = compile_template(src)
         with _LOCK:
             _TEMPLATES[key] = found
     return found
+
+
+def native_template(llama: llama_cpp.Llama) -> str:
+    """The GGUF's own template, which must render tools itself (else `native` would drop them)."""
+    src = (llama.metadata or {}).get("tokenizer.chat_template")
+    probe = [{"type": "function", "function": {"name": "toolbridge_probe_tool", "parameters": {"type": "object"}}}]
+    try:
+        shown = src and "toolbridge_probe_tool" in compile_template(src).render(
+            messages=[{"role": "user", "content": "hi"}], tools=probe, add_generation_prompt=True)
+    except jinja2.TemplateError:
+        shown = False
+    if not shown:
+        raise ValueError("tb_template 'native' needs a model whose own chat template renders tools; "
+                         "this model's does not (use the default, its template wrapped by toolbridge)")
+    return src
+
+
+def object_arguments(messages: list) -> list:
+    """Past calls' arguments as objects, as tool-capable templates expect them (vLLM and
+    llama-server hand them over the same way)."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict) and m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                fn = dict(tc.get("function") or {})
+                if isinstance(fn.get("arguments"), str):
+                    try:
+                        fn["arguments"] = json.loads(fn["arguments"])
+                    except ValueError:
+                        pass
+                calls.append({**tc, "function": fn})
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
 
 
 def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, options: dict) -> str:
@@ -78,8 +122,11 @@ def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, op
         extra["tb_instruction"] = req.toolset.memo(
             ("instruction", req.dialect.name, example, req.force),
             lambda: tools_instruction(req.toolset.specs, dialect=req.dialect, example=example, force=req.force))
+    messages = plain_data(list(messages))
+    if options.get("tb_template") == NATIVE:
+        messages = object_arguments(messages)
     return template(llama, req, options).render(
-        messages=plain_data(list(messages)), tools=req.toolset.specs if req.mode != PLAIN else [],
+        messages=messages, tools=req.toolset.specs if req.mode != PLAIN else [],
         add_generation_prompt=True, bos_token=token_text(llama, llama.token_bos()),
         eos_token=token_text(llama, llama.token_eos()),
         strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt), **extra)

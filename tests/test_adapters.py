@@ -208,3 +208,29 @@ def test_guard_refuses_bad_bodies_with_an_openai_error(body):
 def test_guard_passes_a_good_body_through_unchanged():
     body = json.dumps({"messages": PARIS, "tools": [SEARCH], "tool_choice": "required"}).encode()
     assert guarded(body) == (200, None, body)
+
+
+QWEN_LIKE = ("{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools><|im_end|>\n"
+             "{%- endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+             "{% for tc in m.tool_calls or [] %}<tool_call>\n{{ tc.function | tojson }}\n</tool_call>{% endfor %}"
+             "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
+
+
+def test_llamacpp_native_template_takes_only_a_tool_capable_one():
+    """tb_template "native" renders with the GGUF's own template, unwrapped: it must render
+    tools itself (a template that drops them is refused), and past calls' arguments reach it
+    as objects."""
+    require("llama_cpp")
+    from types import SimpleNamespace
+
+    from llamacpp_ext.prompt import native_template, object_arguments
+    from toolbridge.families import FAMILIES
+
+    assert native_template(SimpleNamespace(metadata={"tokenizer.chat_template": QWEN_LIKE})) == QWEN_LIKE
+    for stock in (FAMILIES["chatml"].stock, None):
+        with pytest.raises(ValueError, match="renders tools"):
+            native_template(SimpleNamespace(metadata={"tokenizer.chat_template": stock} if stock else {}))
+    history = [{"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "x"}'}}]}]
+    assert object_arguments(history)[0]["tool_calls"][0]["function"]["arguments"] == {"query": "x"}
+    assert history[0]["tool_calls"][0]["function"]["arguments"] == '{"query": "x"}'  # not changed in place

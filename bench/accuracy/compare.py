@@ -74,8 +74,9 @@ def vllm_argv(model: Model, port: int, parser: str, template: Path | None) -> li
             *(["--chat-template", str(template)] if template else [])]
 
 
-def llama_argv(model: Model, port: int, chat_format: str | None) -> list[str]:
+def llama_argv(model: Model, port: int, chat_format: str | None, *extra: str) -> list[str]:
     module, fmt = ("llamacpp_ext", []) if chat_format is None else ("llama_cpp.server", ["--chat_format", chat_format])
+    fmt += list(extra)
     return [PYTHON, "-m", module, "--model", str(model.gguf()), *fmt, "--host", "127.0.0.1", "--port", str(port),
             "--n_ctx", "4096", "--n_threads", str(model.threads), "--n_threads_batch", str(model.threads),
             "--verbose", "false", "--model_alias", MODEL]
@@ -97,7 +98,11 @@ def setups(model: Model, hermes_template: Path | None) -> dict:
     if hermes_template:
         out["vllm-hermes"] = (lambda p: vllm_argv(model, p, "hermes", hermes_template), "/health", vllm_env)
     out["vllm-native"] = (lambda p: vllm_argv(model, p, "hermes", None), "/health", vllm_env)
+    # toolbridge's parser, steering and grammars behind the model's own tool prompt
+    out["vllm-toolbridge-native"] = (lambda p: vllm_argv(model, p, "toolbridge", None), "/health", vllm_env)
     out["llama-toolbridge"] = (lambda p: llama_argv(model, p, None), "/v1/models", {})
+    out["llama-toolbridge-native"] = (lambda p: llama_argv(model, p, None, "--chat_template_kwargs",
+                                                           json.dumps({"tb_template": "native"})), "/v1/models", {})
     out["llama-chatml-fc"] = (lambda p: llama_argv(model, p, "chatml-function-calling"), "/v1/models", {})
     out["llama-server-toolbridge"] = (lambda p: llama_server_argv(model, p, chatml), "/health", {})
     out["llama-server-native"] = (lambda p: llama_server_argv(model, p, None), "/health", {})
