@@ -2,9 +2,11 @@
 the core's prelude, rendered to text and tokens.
 
 Options come from the model's `chat_template_kwargs` (CLI `--chat_template_kwargs` or the
-config file): `tb_template` ("gguf", a packaged family name, or a path to a template file,
-model directory or GGUF; "native": the GGUF's own template as it is, for a model whose template
-renders tools itself, so the prompt is the one the model was trained on), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and
+config file): `tb_template` (unset: "native" when the model's template fits, else "gguf";
+"gguf": the GGUF's own template behind the prelude; a packaged family name, or a path to a
+template file, model directory or GGUF; "native": the GGUF's own template as it is, for a model
+whose template renders tools and writes calls as the dialect does, so the prompt is the one the
+model was trained on), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and
 `tb_call_bias` (toolbridge.options). Every other key is passed to the template as a variable,
 as llama-cpp-python's Jinja handlers do.
 """
@@ -20,6 +22,7 @@ import jinja2
 import llama_cpp
 
 from toolbridge.data import plain_data
+from toolbridge.dialects import Dialect
 from toolbridge.families import FAMILIES, read_stock, template_path, wrap
 from toolbridge.options import KEYS, resolve
 from toolbridge.render import compile_template, tools_instruction
@@ -28,7 +31,7 @@ from toolbridge.request import PLAIN, ToolRequest
 from .compat import model_key, token_text
 
 log = logging.getLogger("toolbridge.llamacpp")
-_TEMPLATES: dict[tuple, jinja2.Template] = {}
+_TEMPLATES: dict[tuple, tuple[jinja2.Template, bool]] = {}
 _LOCK = threading.Lock()
 
 
@@ -55,8 +58,9 @@ def check_options(options: dict) -> None:
         stock_template(None, options.get("tb_template") or "chatml")
 
 
-def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> jinja2.Template:
-    """The tool-capable template for this model and these options (built once)."""
+def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> tuple[jinja2.Template, bool]:
+    """The tool-capable template for this model and these options (built once), and whether it
+    is the model's own tool template (`native`) rather than a stock template behind the prelude."""
     dialect = req.dialect
     example = options.get("tb_example", True) is not False
     system_role = options.get("tb_system_role")
@@ -65,30 +69,44 @@ def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> jinja2.
     with _LOCK:
         found = _TEMPLATES.get(key)
     if found is None:
-        if source == NATIVE:
-            src = native_template(llama)
-        else:
-            src = wrap(stock_template(llama, source), dialect=dialect.name, example=example,
-                       system_role=None if system_role is None else bool(system_role))
-        found = compile_template(src)
+        # unset: the model's own tool template when it fits the dialect (measured better on a
+        # tool-trained model, see README), else its template behind the prelude
+        native = native_template(llama, dialect) if source in (NATIVE, None, "") else None
+        if source == NATIVE and native is None:
+            raise ValueError(f"tb_template 'native' needs a model whose own chat template renders tools and writes "
+                             f"calls in the {dialect.name!r} format; this model's does not (leave tb_template unset "
+                             "to use its template behind toolbridge's prelude)")
+        src = native or wrap(stock_template(llama, source), dialect=dialect.name, example=example,
+                             system_role=None if system_role is None else bool(system_role))
+        found = (compile_template(src), native is not None)
         with _LOCK:
             _TEMPLATES[key] = found
     return found
 
 
-def native_template(llama: llama_cpp.Llama) -> str:
-    """The GGUF's own template, which must render tools itself (else `native` would drop them)."""
+PROBE_TOOL = {"type": "function", "function": {"name": "toolbridge_probe_tool", "description": "probe",
+                                               "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}
+
+
+def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
+    """The GGUF's own template if it renders tools itself and writes a past call exactly as
+    `dialect` does (so toolbridge's steering, grammar and parser fit what the prompt teaches);
+    else None. Found by rendering a probe, as llama-server's own template analysis does."""
     src = (llama.metadata or {}).get("tokenizer.chat_template")
-    probe = [{"type": "function", "function": {"name": "toolbridge_probe_tool", "parameters": {"type": "object"}}}]
+    if not src:
+        return None
+    call = {"name": "toolbridge_probe_tool", "arguments": {"a": 1}}
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": call}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+    written = dialect.call[0] + call["name"] + dialect.call[1] + json.dumps(call["arguments"]) + dialect.call[2]
     try:
-        shown = src and "toolbridge_probe_tool" in compile_template(src).render(
-            messages=[{"role": "user", "content": "hi"}], tools=probe, add_generation_prompt=True)
+        tpl = compile_template(src)
+        lists = "toolbridge_probe_tool" in tpl.render(messages=history[:1], tools=[PROBE_TOOL], add_generation_prompt=True)
+        writes = written in tpl.render(messages=history, tools=[PROBE_TOOL], add_generation_prompt=True)
     except jinja2.TemplateError:
-        shown = False
-    if not shown:
-        raise ValueError("tb_template 'native' needs a model whose own chat template renders tools; "
-                         "this model's does not (use the default, its template wrapped by toolbridge)")
-    return src
+        return None
+    return src if lists and writes else None
 
 
 def object_arguments(messages: list) -> list:
@@ -123,9 +141,10 @@ def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, op
             ("instruction", req.dialect.name, example, req.force),
             lambda: tools_instruction(req.toolset.specs, dialect=req.dialect, example=example, force=req.force))
     messages = plain_data(list(messages))
-    if options.get("tb_template") == NATIVE:
+    tpl, native = template(llama, req, options)
+    if native:
         messages = object_arguments(messages)
-    return template(llama, req, options).render(
+    return tpl.render(
         messages=messages, tools=req.toolset.specs if req.mode != PLAIN else [],
         add_generation_prompt=True, bos_token=token_text(llama, llama.token_bos()),
         eos_token=token_text(llama, llama.token_eos()),
