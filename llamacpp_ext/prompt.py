@@ -99,7 +99,7 @@ def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
     history = [{"role": "user", "content": "hi"},
                {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": call}]},
                {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
-    written = dialect.call[0] + call["name"] + dialect.call[1] + json.dumps(call["arguments"]) + dialect.call[2]
+    written = dialect.format_calls([(call["name"], call["arguments"])])
     try:
         tpl = compile_template(src)
         lists = "toolbridge_probe_tool" in tpl.render(messages=history[:1], tools=[PROBE_TOOL], add_generation_prompt=True)

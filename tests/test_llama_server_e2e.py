@@ -29,6 +29,9 @@ import pytest
 
 from servers import ROOT, Server, free_port, llama_server_binary
 from test_llamacpp_e2e import ask, valid
+# the same text-answer checks as for python -m llamacpp_ext, collected here, so they run against
+# this module's `client` and `lt_bias` (stock llama-server)
+from test_llamacpp_e2e import test_auto_answers_in_text, test_none  # noqa: F401
 from test_render import HISTORY, NESTED
 from test_templates import CONVERSATION, FORGERY
 from test_templates import TOOLS as RENDER_TOOLS
@@ -159,23 +162,6 @@ def test_required_call_is_grammar_bound(client, lt_bias, stream):
     assert finish in ("tool_calls", "length") and calls
     for _, name, arguments in calls:
         valid(name, arguments)
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_auto_answers_in_text(client, stream):
-    content, calls, finish, _ = ask(client, stream, messages=[{"role": "user", "content": "Write a haiku about the sea."}],
-                                    tools=TOOLS, tool_choice="auto", max_tokens=60)
-    assert calls == []
-    assert finish in ("stop", "length")
-    assert content and "<tool_call>" not in content
-
-
-@pytest.mark.parametrize("stream", [False, True])
-def test_none(client, lt_bias, stream):
-    content, calls, _, _ = ask(client, stream, messages=PARIS, tools=TOOLS, tool_choice="none", max_tokens=30,
-                               logit_bias=lt_bias)
-    assert calls == []
-    assert content
 
 
 @pytest.mark.parametrize("stream", [False, True])

@@ -8,7 +8,8 @@ questions against it and prints one table:
 - vLLM + toolbridge: `--tool-call-parser toolbridge`, packaged ChatML template
 - vLLM + hermes: `--tool-call-parser hermes` with vLLM's `examples/tool_chat_template_hermes.jinja`
   (not shipped in the wheel: pass its path with --hermes-template)
-- llama.cpp + toolbridge: `python -m llamacpp_ext`
+- llama.cpp + toolbridge: `python -m llamacpp_ext` (`-prelude`: with `tb_template: gguf`, the
+  model's own template behind the prelude even where the model's tool template would fit)
 - llama.cpp + chatml-function-calling: llama-cpp-python's own handler
 - llama-server + toolbridge: stock `llama-server --jinja` with the packaged ChatML template
   (its own template analysis, parser and grammar; scripts/llama_server.sh builds it)
@@ -100,9 +101,10 @@ def setups(model: Model, hermes_template: Path | None) -> dict:
     out["vllm-native"] = (lambda p: vllm_argv(model, p, "hermes", None), "/health", vllm_env)
     # toolbridge's parser, steering and grammars behind the model's own tool prompt
     out["vllm-toolbridge-native"] = (lambda p: vllm_argv(model, p, "toolbridge", None), "/health", vllm_env)
+    # the default: a GGUF whose own template fits is used as is (native), else behind the prelude
     out["llama-toolbridge"] = (lambda p: llama_argv(model, p, None), "/v1/models", {})
-    out["llama-toolbridge-native"] = (lambda p: llama_argv(model, p, None, "--chat_template_kwargs",
-                                                           json.dumps({"tb_template": "native"})), "/v1/models", {})
+    out["llama-toolbridge-prelude"] = (lambda p: llama_argv(model, p, None, "--chat_template_kwargs",
+                                                            json.dumps({"tb_template": "gguf"})), "/v1/models", {})
     out["llama-chatml-fc"] = (lambda p: llama_argv(model, p, "chatml-function-calling"), "/v1/models", {})
     out["llama-server-toolbridge"] = (lambda p: llama_server_argv(model, p, chatml), "/health", {})
     out["llama-server-native"] = (lambda p: llama_server_argv(model, p, None), "/health", {})
