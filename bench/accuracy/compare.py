@@ -14,6 +14,8 @@ questions against it and prints one table:
 - llama-server + toolbridge: stock `llama-server --jinja` with the packaged ChatML template
   (its own template analysis, parser and grammar; scripts/llama_server.sh builds it)
 - llama-server + native: stock `llama-server --jinja` with the model's own template
+- llama-server + toolbridge, steered (with `--server-bias B`): the same with llama-server's
+  `--logit-bias` flag on the call marker's first token (every step, as llama-server applies it)
 - vLLM + native: the model's own template with `--tool-call-parser hermes` (for models whose
   template has tools in Hermes form, as Qwen's has)
 
@@ -83,16 +85,27 @@ def llama_argv(model: Model, port: int, chat_format: str | None, *extra: str) ->
             "--verbose", "false", "--model_alias", MODEL]
 
 
-def llama_server_argv(model: Model, port: int, template: Path | None) -> list[str]:
+def llama_server_argv(model: Model, port: int, template: Path | None, bias: float = 0) -> list[str]:
     from servers import llama_server_binary
 
     argv = [llama_server_binary(), "-m", str(model.gguf()), "--jinja", "--host", "127.0.0.1", "--port", str(port),
             "-c", "4096", "-t", str(model.threads), "-tb", str(model.threads), "--alias", MODEL, "--no-webui"]
+    if bias:
+        argv += ["--logit-bias", f"{marker_token(model)}{bias:+g}"]
     return argv + (["--chat-template-file", str(template)] if template else [])
 
 
-def setups(model: Model, hermes_template: Path | None) -> dict:
-    """label -> (argv for a port, ready path, env). `-native` setups use the model's own template."""
+def marker_token(model: Model) -> int:
+    """The model's first token of the tags dialect's call marker (`<` of `<tool_call>` in SmolLM2)."""
+    import llama_cpp
+
+    vocab = llama_cpp.Llama(str(model.gguf()), vocab_only=True, verbose=False)
+    return vocab.tokenize("<tool_call>".encode(), add_bos=False, special=False)[0]
+
+
+def setups(model: Model, hermes_template: Path | None, server_bias: float = 0) -> dict:
+    """label -> (argv for a port, ready path, env). `-native` setups use the model's own template;
+    `-steered` ones give llama-server a server-wide logit bias on the call marker's first token."""
     vllm_env = {"VLLM_CPU_KVCACHE_SPACE": "2"}
     chatml = ROOT / "templates" / "chatml.jinja"
     out = {"vllm-toolbridge": (lambda p: vllm_argv(model, p, "toolbridge", chatml), "/health", vllm_env)}
@@ -108,6 +121,9 @@ def setups(model: Model, hermes_template: Path | None) -> dict:
     out["llama-chatml-fc"] = (lambda p: llama_argv(model, p, "chatml-function-calling"), "/v1/models", {})
     out["llama-server-toolbridge"] = (lambda p: llama_server_argv(model, p, chatml), "/health", {})
     out["llama-server-native"] = (lambda p: llama_server_argv(model, p, None), "/health", {})
+    if server_bias:
+        out["llama-server-toolbridge-steered"] = (lambda p: llama_server_argv(model, p, chatml, server_bias),
+                                                  "/health", {})
     return out
 
 
@@ -117,11 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", choices=sorted(MODELS), default="smollm2",
                     help="smollm2: the embedded SmolLM2-135M; qwen: Qwen2.5-Coder-0.5B-Instruct (bench/qwen.py)")
     ap.add_argument("--only", help="comma-separated labels to run")
+    ap.add_argument("--server-bias", type=float, default=0,
+                    help="adds llama-server-toolbridge-steered: llama-server with --logit-bias on the marker's token")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=Path("accuracy-results.json"), help="results (JSON), per label")
     ap.add_argument("--logs", type=Path, help="directory for per-question results")
     a = ap.parse_args(argv)
-    chosen = setups(MODELS[a.model], a.hermes_template)
+    chosen = setups(MODELS[a.model], a.hermes_template, a.server_bias)
     if a.only:
         unknown = set(a.only.split(",")) - set(chosen)
         if unknown:
