@@ -60,7 +60,6 @@ def vllm_figures(pool: list[dict], repeats: int, firsts: int) -> dict:
     from transformers import AutoTokenizer
 
     from toolbridge.request import toolset
-    from toolbridge.tools import tool_fields
     from vllm_plugin import ToolbridgeToolParser
     from vllm_plugin.smollm2 import hf_copy
 
@@ -77,11 +76,13 @@ def vllm_figures(pool: list[dict], repeats: int, firsts: int) -> dict:
             return time.perf_counter() - t
 
         def content_check(req) -> float:
-            # the floor of any content-keyed cache: read the request's tools and compare them
-            # with the cached set's (what toolset() does before it finds the set)
+            # the floor of any content-keyed cache: toolset() reading the request's tools and
+            # finding the set they equal
             t = time.perf_counter()
-            _ = [tool_fields(x) for x in req.tools] == cached.signature
-            return time.perf_counter() - t
+            found = toolset(req.tools)
+            elapsed = time.perf_counter() - t
+            assert found is cached
+            return elapsed
 
         def validate(req) -> float:
             sp = SamplingParams(structured_outputs=StructuredOutputsParams(

@@ -96,11 +96,16 @@ def llama_server_argv(model: Model, port: int, template: Path | None, bias: floa
 
 
 def marker_token(model: Model) -> int:
-    """The model's first token of the tags dialect's call marker (`<` of `<tool_call>` in SmolLM2)."""
+    """The token toolbridge's own steering favours: the default dialect's call marker's first
+    (`<` of `<tool_call>` in SmolLM2)."""
     import llama_cpp
 
+    from toolbridge.dialects import get_dialect
+    from toolbridge.steer import Steering
+
     vocab = llama_cpp.Llama(str(model.gguf()), vocab_only=True, verbose=False)
-    return vocab.tokenize("<tool_call>".encode(), add_bos=False, special=False)[0]
+    encode = lambda t: vocab.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
+    return Steering.for_dialect(get_dialect(None), 1.0, encode).call[0]
 
 
 def setups(model: Model, hermes_template: Path | None, server_bias: float = 0) -> dict:
