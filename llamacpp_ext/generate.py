@@ -1,7 +1,7 @@
 """Token generation in phases over one growing token sequence.
 
-`auto` is lazy: a free phase runs unconstrained and stops at the dialect's trigger; the
-trigger is kept, and a grammar phase continues on the same sequence (llama.cpp reuses the
+`auto` is lazy: a free phase runs unconstrained and stops at a trigger (any of the core's
+entries: toolbridge.grammar.entries); the trigger is kept, and a grammar phase continues on the same sequence (llama.cpp reuses the
 KV cache of the common prefix, so nothing is evaluated twice) until the call's grammar is
 complete; then a free phase again, for content or another call. Plain text therefore
 costs what it costs without tools. Stop strings, max_tokens and usage are counted here,
@@ -20,12 +20,13 @@ import ctypes
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
+from toolbridge.loops import CLOSE_BIAS, LoopGuard
 from toolbridge.steer import Steering
 
 from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
@@ -57,13 +58,14 @@ class Sampler:
     """One phase's sampling: the request's sampler chain, and its grammar checked sample-first."""
 
     def __init__(self, llama: llama_cpp.Llama, sampling: Sampling, seed: int, grammar: LlamaGrammar | None,
-                 steering: Steering | None, answer_start: int):
+                 steering: Steering | None, answer_start: int, guard: Guard | None = None):
         self.llama = llama
         self.chain = sampler_chain(llama, sampling, seed, sampling.logit_bias)
         self.grammar = GrammarSampler(llama, *grammar_text(grammar)) if grammar is not None else None
         self.processors = sampling.processors
         self.steering = steering
         self.answer_start = answer_start
+        self.guard = guard
         self.buf: np.ndarray | None = None
 
     def close(self) -> None:
@@ -73,16 +75,24 @@ class Sampler:
 
     def next(self, tokens: list[int]) -> int:
         """The next token after `tokens` (all evaluated), accepted by the chain and the grammar."""
-        steer = self.steering
-        changes = (steer.changes(tokens[self.answer_start:])
-                   if steer is not None and len(tokens) - self.answer_start < steer.horizon else ())
-        if self.grammar is None and not changes and not self.processors:
+        steer, only = self.steering, None
+        changes: list[tuple[int, float]] = []
+        if steer is not None and len(tokens) - self.answer_start < steer.horizon:
+            answer = tokens[self.answer_start:]
+            changes, only = steer.changes(answer), steer.only(answer)
+        if self.guard is not None and self.guard.state.looping:
+            changes = [*changes, *((t, CLOSE_BIAS) for t in self.guard.closers)]
+        if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
         logits = last_logits(self.llama)
-        if changes or self.processors:
+        if changes or only is not None or self.processors:
             logits = logits.copy()
             for token, change in changes:
                 logits[token] += change
+            kept = logits[list(only)] if only is not None else None
+            if kept is not None and np.isfinite(kept).any():  # else a request's own bias forbids them all
+                logits.fill(-np.inf)
+                logits[list(only)] = kept
             for f in self.processors:
                 logits = f(input_ids(self.llama), logits)
         token = self._pick(logits, grammar_first=False)
@@ -116,6 +126,14 @@ class Sampler:
         return not math.isinf(one[0].logit)
 
 
+@dataclass
+class Guard:
+    """An answer's loop guard (toolbridge.loops) and the model's string-closing tokens."""
+
+    state: LoopGuard
+    closers: tuple[int, ...]
+
+
 # How a phase ended.
 EOG, STOP, LENGTH, TRIGGER = "eog", "stop", "length", "trigger"
 
@@ -124,12 +142,14 @@ class Session:
     """One answer: the prompt, then everything generated or inserted, as one token list."""
 
     def __init__(self, llama: llama_cpp.Llama, prompt_text: str, prompt_tokens: Sequence[int], sampling: Sampling,
-                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str], steering: Steering | None = None):
+                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str], steering: Steering | None = None,
+                 guard: Guard | None = None):
         self.llama = llama
         self.prompt_text = prompt_text
         self.tokens = list(prompt_tokens)
         self.n_prompt = len(self.tokens)
         self.steering = steering
+        self.guard = guard
         self.sampling = sampling
         n_ctx = llama.n_ctx()
         self.max_tokens = n_ctx - self.n_prompt if not max_tokens or max_tokens <= 0 else max_tokens
@@ -139,6 +159,7 @@ class Session:
         self.text = ""  # all text kept so far
         self.phases = 0
         self.ended = ""
+        self.trigger: str | None = None  # the trigger the last phase ended at
 
     @property
     def budget(self) -> int:
@@ -151,21 +172,23 @@ class Session:
         if todo:
             self.llama.eval(todo)
 
-    def phase(self, grammar: LlamaGrammar | None = None, trigger: str | None = None,
-              line_start: bool = False, stop: Sequence[str] = ()) -> Iterator[str]:
-        """Generate until end of generation, a stop string, the budget, or (when given) the
-        trigger; yield the text as it becomes final (never a possible start of a stop
-        string; `stop` adds stop strings for this phase). Sets `ended`. On the trigger, the
-        text up to and including it is kept and the token list is cut to match, ready for the
-        next phase."""
+    def phase(self, grammar: LlamaGrammar | None = None, triggers: Mapping[str, bool] | None = None,
+              stop: Sequence[str] = ()) -> Iterator[str]:
+        """Generate until end of generation, a stop string, the budget, or one of `triggers`
+        (text -> whether it counts only at a line's start); yield the text as it becomes final
+        (never a possible start of a stop string or trigger; `stop` adds stop strings for this
+        phase). Sets `ended` (and `trigger`, the one found). On a trigger, the text up to and
+        including it is kept and the token list is cut to match, ready for the next phase."""
+        triggers = triggers or {}
+        self.trigger = None
         if self.budget <= 0:
             self.ended = LENGTH
             return
         llama = self.llama
         sampler = Sampler(llama, self.sampling, (self.seed + self.phases) % 2**32, grammar, self.steering,
-                          self.n_prompt)
+                          self.n_prompt, self.guard)
         self.phases += 1
-        watch = self.stop + [s for s in stop if s and s not in self.stop] + ([trigger] if trigger else [])
+        watch = Watch(self.stop + [s for s in stop if s and s not in self.stop], triggers)
         start = len(self.tokens)
         ends: list[int] = []  # byte length of this phase's pieces after each token
         nbytes = 0
@@ -187,22 +210,25 @@ class Session:
                 self.completion_tokens += 1
                 nbytes += len(piece)
                 ends.append(nbytes)
-                pending += decoder.decode(piece)
-                hit = self._find(pending, watch, trigger, line_start, kept)
+                text = decoder.decode(piece)
+                pending += text
+                if self.guard is not None:
+                    self.guard.state.feed(text)
+                hit = watch.find(pending, lambda at: self._at_line_start(pending, at, kept))
                 if hit is not None:
                     at, found = hit
                     if pending[:at]:
                         kept.append(pending[:at])
                         yield pending[:at]
                     pending = ""
-                    if found == trigger:
-                        kept.append(trigger)
-                        yield trigger
-                        self.ended = TRIGGER
+                    if found in triggers:
+                        kept.append(found)
+                        yield found
+                        self.ended, self.trigger = TRIGGER, found
                     else:
                         self.ended = STOP
                     break
-                hold = _held(pending, watch)
+                hold = watch.held(pending)
                 if len(pending) > hold:
                     out = pending[:len(pending) - hold]
                     pending = pending[len(pending) - hold:]
@@ -222,17 +248,6 @@ class Session:
         self.text += phase_text
         if self.ended == TRIGGER:
             self._align(start, ends, phase_text)
-
-    def _find(self, pending: str, watch: list[str], trigger: str | None, line_start: bool,
-              kept: list[str]) -> tuple[int, str] | None:
-        best: tuple[int, str] | None = None
-        for w in watch:
-            at = pending.find(w)
-            while at >= 0 and w == trigger and line_start and not self._at_line_start(pending, at, kept):
-                at = pending.find(w, at + 1)
-            if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(w) > len(best[1]))):
-                best = (at, w)
-        return best
 
     def _at_line_start(self, pending: str, at: int, kept: list[str]) -> bool:
         before = (self.text + "".join(kept) + pending[:at]).rstrip(" \t")
@@ -255,12 +270,31 @@ class Session:
             self.tokens = llama.tokenize((self.prompt_text + self.text).encode("utf-8"), add_bos=False, special=True)
 
 
-def _held(pending: str, watch: list[str]) -> int:
-    """Length of the longest end of `pending` that may still become one of `watch`."""
-    best = 0
-    for w in watch:
-        for k in range(min(len(w) - 1, len(pending)), best, -1):
-            if pending.endswith(w[:k]):
-                best = k
-                break
-    return best
+class Watch:
+    """The texts a phase watches for: stop strings, and triggers (some only at a line's start).
+    An agent's 128 tools make 129 triggers, so what may still become one is looked up in a set
+    of their prefixes (O(longest) per token, not O(count))."""
+
+    def __init__(self, stop: Sequence[str], triggers: Mapping[str, bool]):
+        self.texts = list(dict.fromkeys([*stop, *triggers]))
+        self.line_start = {t for t, at_line_start in triggers.items() if at_line_start}
+        self.prefixes = {w[:k] for w in self.texts for k in range(1, len(w))}
+        self.longest = max((len(w) for w in self.texts), default=0)
+
+    def find(self, pending: str, at_line_start: Callable[[int], bool]) -> tuple[int, str] | None:
+        """The first watched text in `pending` (the longer one where two start together)."""
+        best: tuple[int, str] | None = None
+        for w in self.texts:
+            at = pending.find(w)
+            while at >= 0 and w in self.line_start and not at_line_start(at):
+                at = pending.find(w, at + 1)
+            if at >= 0 and (best is None or at < best[0] or (at == best[0] and len(w) > len(best[1]))):
+                best = (at, w)
+        return best
+
+    def held(self, pending: str) -> int:
+        """Length of the longest end of `pending` that may still become a watched text."""
+        for k in range(min(self.longest - 1, len(pending)), 0, -1):
+            if pending[-k:] in self.prefixes:
+                return k
+        return 0

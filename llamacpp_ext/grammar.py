@@ -17,7 +17,7 @@ import llama_cpp
 from toolbridge.data import json_string
 from toolbridge.dialects import Dialect
 from toolbridge.errors import BadRequest
-from toolbridge.grammar import constrain, frames, separator
+from toolbridge.grammar import Entry, constrain, frames, separator
 from toolbridge.request import ToolSet
 from toolbridge.tools import Tool, ToolChoice
 
@@ -31,48 +31,57 @@ CONVERSION_ERRORS = (ValueError, AssertionError, KeyError, TypeError, RecursionE
 
 
 def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, *, parallel: bool = True,
-           after_trigger: bool = False) -> str:
+           after: str | None = None) -> str:
     """A GBNF grammar for calls in `dialect`.
 
-    Strict (after_trigger=False): the whole answer is one call, or several when parallel.
-    Lazy (after_trigger=True): the text that follows the dialect's trigger, for generation
-    continued from a prompt that ends with the trigger; one call.
+    Strict (after=None): the whole answer is one call, or several when parallel.
+    Lazy (after=a trigger): the text that follows the trigger, for generation continued from a
+    prompt that ends with it; one call.
     """
-    trigger = dialect.grammar_trigger
     pairs: list[tuple[str, dict]] = []
     alts = []
     for i, f in enumerate(frames(tools, dialect, choice)):
-        if after_trigger and not f.begin.startswith(trigger):
-            raise ValueError(f"dialect {dialect.name!r}: trigger {trigger!r} does not start the call")
-        begin = f.begin[len(trigger):] if after_trigger else f.begin
+        if after is not None and not f.begin.startswith(after):
+            raise ValueError(f"dialect {dialect.name!r}: trigger {after!r} does not start the call")
+        begin = f.begin[len(after):] if after is not None else f.begin
         pairs.append((f"tb-args{i}", f.schema))
         alts.append(f"( {json_string(begin)} tb-args{i} {json_string(f.end)} )")
     if not alts:
         raise ValueError("no tool can be called")
     rules = [schema_rules(pairs).rstrip("\n"), "tb-call ::= " + " | ".join(alts)]
     sep = separator(dialect)
-    if after_trigger or not parallel:
+    if after is not None or not parallel:
         rules.append("root ::= tb-call")
     else:
         rules.append(f"root ::= tb-call ( {json_string(sep)} tb-call )*" if sep else "root ::= tb-call+")
     return "\n".join(rules) + "\n"
 
 
-def tool_grammar(llama: llama_cpp.Llama, toolset: ToolSet, dialect: Dialect, choice: ToolChoice, *,
-                 parallel: bool, after_trigger: bool) -> LlamaGrammar | None:
-    """The checked grammar for calls (strict, or the lazy continuation after the trigger), or
-    None: calls are generated unconstrained and parsed."""
-    def build(tools: Sequence[Tool], only: ToolChoice) -> str | None:
+def _checked(llama: llama_cpp.Llama, toolset: ToolSet, key: tuple, tools: Sequence[Tool], dialect: Dialect,
+             choice: ToolChoice, parallel: bool, after: str | None) -> LlamaGrammar | None:
+    def build(part: Sequence[Tool], only: ToolChoice) -> str | None:
         try:
-            text = render(tools, dialect, only, parallel=parallel, after_trigger=after_trigger)
+            text = render(part, dialect, only, parallel=parallel, after=after)
         except CONVERSION_ERRORS as e:
-            log.info("toolbridge: no grammar for %s (%s: %s)", [t.name for t in tools], type(e).__name__, e)
+            log.info("toolbridge: no grammar for %s (%s: %s)", [t.name for t in part], type(e).__name__, e)
             return None
         return text if compiles(llama, text) else None
 
-    key = ("gbnf", model_key(llama), dialect.name, choice, parallel, after_trigger)
-    text = toolset.memo(key, lambda: constrain(toolset.tools, choice, build))
+    text = toolset.memo(("gbnf", model_key(llama), *key), lambda: constrain(tools, choice, build))
     return LlamaGrammar.from_string(text, verbose=False) if text is not None else None
+
+
+def tool_grammar(llama: llama_cpp.Llama, toolset: ToolSet, dialect: Dialect, choice: ToolChoice, *,
+                 parallel: bool) -> LlamaGrammar | None:
+    """The checked strict grammar (the whole answer is calls), or None: calls are generated
+    unconstrained and parsed."""
+    return _checked(llama, toolset, (dialect.name, choice, parallel), toolset.tools, dialect, choice, parallel, None)
+
+
+def entry_grammar(llama: llama_cpp.Llama, toolset: ToolSet, entry: Entry, choice: ToolChoice) -> LlamaGrammar | None:
+    """The checked lazy grammar for what follows `entry`'s trigger (one call), or None."""
+    return _checked(llama, toolset, ("entry", entry.trigger, entry.dialect.name, choice), entry.tools, entry.dialect,
+                    choice, False, entry.trigger)
 
 
 _RESPONSE: dict[tuple, LlamaGrammar] = {}

@@ -22,14 +22,16 @@ from toolbridge import BadRequest
 from toolbridge.data import plain_data
 from toolbridge.deltas import delta, message
 from toolbridge.events import CallEnd, Content, Event
+from toolbridge.grammar import Entry
+from toolbridge.loops import closers
 from toolbridge.parse import collect
 from toolbridge.request import LAZY, PLAIN, STRICT, ToolRequest, prepare
 from toolbridge.steer import Steering
 
 from . import prompt
-from .compat import token_text
-from .generate import EOG, LENGTH, TRIGGER, Sampling, Session
-from .grammar import tool_grammar, user_grammar
+from .compat import model_key, token_text
+from .generate import EOG, LENGTH, TRIGGER, Guard, Sampling, Session
+from .grammar import entry_grammar, tool_grammar, user_grammar
 
 # Request fields llama-cpp-python's request model drops; the server middleware puts them here.
 REQUEST_OPTIONS: ContextVar[dict] = ContextVar("toolbridge_request_options", default={})
@@ -76,10 +78,12 @@ def toolbridge_chat_handler(
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                         logit_bias=p.logit_bias, processors=list(logits_processor or []))
     req = p.req
-    steering = _steering(llama, req) if req.steer and p.lazy else None
+    steering = _steering(llama, req) if req.steer and p.entries else None
+    guard = req.loop_guard()
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
-                      stop=[*req.stop, *([eos] if eos else [])], steering=steering)
-    answer = Answer(session, req, p.grammar, p.lazy, model or llama.model_path)
+                      stop=[*req.stop, *([eos] if eos else [])], steering=steering,
+                      guard=Guard(guard, _closers(llama)) if guard is not None else None)
+    answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path)
     if stream:
         return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
     return answer.response()
@@ -90,8 +94,8 @@ class Prepared:
     """Everything decided before generation starts."""
 
     req: ToolRequest
-    grammar: LlamaGrammar | None  # the constraint the answer is generated under
-    lazy: bool  # the grammar is armed by the dialect's trigger (auto)
+    grammar: LlamaGrammar | None  # the constraint the whole answer is generated under
+    entries: list[Entry]  # auto: the triggers that arm a call's constraint (lazy), else none
     logit_bias: dict[int, float]
     text: str  # the prompt
     tokens: list[int]
@@ -105,8 +109,9 @@ def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_c
         user = user_grammar(llama, grammar, plain_data(response_format))
         req = prepare(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
                       function_call=function_call, parallel_tool_calls=parallel_tool_calls,
-                      template_kwargs=options, stop=stop, user_constraint=user is not None)
-        constraint, lazy = _constraint(llama, req, user)
+                      template_kwargs=options, stop=stop, user_constraint=user is not None,
+                      tool_trained=prompt.tool_trained(llama))
+        constraint = _constraint(llama, req, user)
         bias = _logit_bias(llama, logit_bias)
         text = prompt.render(llama, messages, req, options)
         tokens = prompt.tokenize(llama, text)
@@ -115,18 +120,15 @@ def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_c
     if len(tokens) >= llama.n_ctx():
         raise BadRequest(f"Requested tokens ({len(tokens)}) exceed context window of {llama.n_ctx()}",
                          param="messages", code="context_length_exceeded")
-    return Prepared(req, constraint, lazy, bias, text, tokens)
+    return Prepared(req, constraint, req.entries, bias, text, tokens)
 
 
-def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | None) -> tuple[LlamaGrammar | None, bool]:
-    """The grammar the answer is generated under, and whether it is lazy (armed by the trigger)."""
+def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | None) -> LlamaGrammar | None:
+    """The grammar the whole answer is generated under (none for auto: see `entries`)."""
     if req.mode == STRICT:
-        return tool_grammar(llama, req.toolset, req.dialect, req.choice, after_trigger=False,
-                            parallel=req.parallel and req.choice.mode == "required"), False
-    if req.mode == LAZY:
-        g = tool_grammar(llama, req.toolset, req.dialect, req.choice, parallel=False, after_trigger=True)
-        return g, g is not None
-    return user, False
+        return tool_grammar(llama, req.toolset, req.dialect, req.choice,
+                            parallel=req.parallel and req.choice.mode == "required")
+    return user if req.mode != LAZY else None
 
 
 def _logit_bias(llama: llama_cpp.Llama, logit_bias: Any) -> dict[int, float]:
@@ -145,44 +147,55 @@ def _logit_bias(llama: llama_cpp.Llama, logit_bias: Any) -> dict[int, float]:
     return out
 
 
-_STEERING: dict[tuple[int, str, float], Steering] = {}
-
-
 def _steering(llama: llama_cpp.Llama, req: ToolRequest) -> Steering:
-    key = (id(llama), req.dialect.name, req.options.call_bias)
-    if key not in _STEERING:
+    """The request's steering in this model's ids (kept with the tool set)."""
+    def build() -> Steering:
         encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
-        _STEERING[key] = Steering.for_dialect(req.dialect, req.options.call_bias, encode)
-    return _STEERING[key]
+        return Steering.for_dialect(req.dialect, req.options.call_bias, encode, [t.name for t in req.tools])
+
+    return req.toolset.memo(("steering", model_key(llama), req.dialect.name, req.options.call_bias), build)
+
+
+_CLOSERS: dict[int, tuple[int, ...]] = {}
+
+
+def _closers(llama: llama_cpp.Llama) -> tuple[int, ...]:
+    if id(llama) not in _CLOSERS:
+        _CLOSERS[id(llama)] = closers(lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False))
+    return _CLOSERS[id(llama)]
 
 
 class Answer:
     """Generated text -> parser events -> an OpenAI response, or stream chunks."""
 
-    def __init__(self, session: Session, req: ToolRequest, grammar: LlamaGrammar | None, lazy: bool, model: str):
+    def __init__(self, session: Session, req: ToolRequest, grammar: LlamaGrammar | None, lazy: list[Entry],
+                 model: str):
         self.session = session
         self.req = req
         self.grammar = grammar
-        self.lazy = lazy
+        self.entries = {e.trigger: e for e in lazy}
         self.id = "chatcmpl-" + uuid.uuid4().hex
         self.created = int(time.time())
         self.model = model
 
     def _texts(self) -> Iterator[str]:
-        s, dialect = self.session, self.req.dialect
-        if not self.lazy:
+        s, req = self.session, self.req
+        if not self.entries:
             yield from s.phase(grammar=self.grammar)
             return
-        after_call: tuple[str, ...] = ()
+        triggers = {t: e.dialect.line_start for t, e in self.entries.items()}
+        called = False
         while True:
-            yield from s.phase(trigger=dialect.grammar_trigger, line_start=dialect.line_start, stop=after_call)
+            # after a call, a model that starts writing the tool's result itself is done calling
+            stop = (req.dialect.result_marker,) if called else ()
+            yield from s.phase(triggers=triggers, stop=stop)
             if s.ended != TRIGGER:
                 return
-            yield from s.phase(grammar=self.grammar)  # the call, constrained, from the trigger on
-            if s.ended != EOG or not self.req.parallel:
+            # the call, constrained from the trigger on (unconstrained if no grammar can be built)
+            yield from s.phase(grammar=entry_grammar(s.llama, req.toolset, self.entries[s.trigger], req.choice))
+            if s.ended != EOG or not req.parallel:
                 return
-            # after a call, a model that starts writing the tool's result itself is done calling
-            after_call = (dialect.result_marker,)
+            called = True
 
     def _event_batches(self) -> Iterator[list[Event]]:
         if self.req.mode == PLAIN:

@@ -2,12 +2,11 @@
 the core's prelude, rendered to text and tokens.
 
 Options come from the model's `chat_template_kwargs` (CLI `--chat_template_kwargs` or the
-config file): `tb_template` (unset: "native" when the model's template fits, else "gguf";
-"gguf": the GGUF's own template behind the prelude; a packaged family name, or a path to a
-template file, model directory or GGUF; "native": the GGUF's own template as it is, for a model
-whose template renders tools and writes calls as the dialect does, so the prompt is the one the
-model was trained on), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and
-`tb_call_bias` (toolbridge.options). Every other key is passed to the template as a variable,
+config file): `tb_template` (unset or "gguf": the GGUF's own template behind the prelude; a
+packaged family name, or a path to a template file, model directory or GGUF; "native": the GGUF's
+own template as it is, for a model whose template renders tools and writes calls as the dialect
+does), `tb_example`, `tb_system_role`, and the core's `tb_dialect` and `tb_call_bias`
+(toolbridge.options). Every other key is passed to the template as a variable,
 as llama-cpp-python's Jinja handlers do.
 """
 from __future__ import annotations
@@ -23,7 +22,7 @@ import llama_cpp
 
 from toolbridge.data import plain_data
 from toolbridge.dialects import Dialect
-from toolbridge.families import FAMILIES, read_stock, template_path, wrap
+from toolbridge.families import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
 from toolbridge.options import KEYS, resolve
 from toolbridge.render import compile_template, tools_instruction
 from toolbridge.request import PLAIN, ToolRequest
@@ -69,9 +68,7 @@ def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> tuple[j
     with _LOCK:
         found = _TEMPLATES.get(key)
     if found is None:
-        # unset: the model's own tool template when it fits the dialect (measured better on a
-        # tool-trained model, see README), else its template behind the prelude
-        native = native_template(llama, dialect) if source in (NATIVE, None, "") else None
+        native = native_template(llama, dialect) if source == NATIVE else None
         if source == NATIVE and native is None:
             raise ValueError(f"tb_template 'native' needs a model whose own chat template renders tools and writes "
                              f"calls in the {dialect.name!r} format; this model's does not (leave tb_template unset "
@@ -84,29 +81,31 @@ def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> tuple[j
     return found
 
 
-PROBE_TOOL = {"type": "function", "function": {"name": "toolbridge_probe_tool", "description": "probe",
-                                               "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}
-
-
 def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
     """The GGUF's own template if it renders tools itself and writes a past call exactly as
-    `dialect` does (so toolbridge's steering, grammar and parser fit what the prompt teaches);
-    else None. Found by rendering a probe, as llama-server's own template analysis does."""
-    src = (llama.metadata or {}).get("tokenizer.chat_template")
-    if not src:
-        return None
-    call = {"name": "toolbridge_probe_tool", "arguments": {"a": 1}}
-    history = [{"role": "user", "content": "hi"},
-               {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function", "function": call}]},
-               {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
-    written = dialect.format_calls([(call["name"], call["arguments"])])
-    try:
-        tpl = compile_template(src)
-        lists = "toolbridge_probe_tool" in tpl.render(messages=history[:1], tools=[PROBE_TOOL], add_generation_prompt=True)
-        writes = written in tpl.render(messages=history, tools=[PROBE_TOOL], add_generation_prompt=True)
-    except jinja2.TemplateError:
-        return None
-    return src if lists and writes else None
+    `dialect` does; else None."""
+    src = _own(llama)
+    return src if writes_calls(src, dialect) else None
+
+
+def tool_trained(llama: llama_cpp.Llama) -> bool:
+    """Whether the model's own template renders tools (the core's defaults differ for such a
+    model: toolbridge.options.DEFAULTS); found once per model."""
+    key = model_key(llama)
+    with _LOCK:
+        found = _TRAINED.get(key)
+    if found is None:
+        found = renders_tools(_own(llama))
+        with _LOCK:
+            _TRAINED[key] = found
+    return found
+
+
+_TRAINED: dict[int, bool] = {}
+
+
+def _own(llama: llama_cpp.Llama) -> str | None:
+    return (llama.metadata or {}).get("tokenizer.chat_template")
 
 
 def object_arguments(messages: list) -> list:

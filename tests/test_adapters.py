@@ -125,7 +125,7 @@ class ScriptedSession:
     def prefill(self):
         pass
 
-    def phase(self, grammar=None, trigger=None, line_start=False, stop=()):
+    def phase(self, grammar=None, triggers=None, stop=()):
         text = self.texts.pop(0) if self.texts else ""
         self.completion_tokens += len(text)
         self.ended = self.last_ended
@@ -141,8 +141,8 @@ def test_llamacpp_response_and_chunks_agree(choice, finish):
 
     text = '<tool_call>{"name": "search", "arguments": {"query": "rain"}}</tool_call>'
     req = prepare(tools=[WEATHER, SEARCH], tool_choice=choice, messages=PARIS)
-    whole = Answer(ScriptedSession([text], EOG), req, None, False, "m").response()
-    chunks = list(Answer(ScriptedSession([text], EOG), req, None, False, "m").chunks(include_usage=True))
+    whole = Answer(ScriptedSession([text], EOG), req, None, [], "m").response()
+    chunks = list(Answer(ScriptedSession([text], EOG), req, None, [], "m").chunks(include_usage=True))
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
     assert chunks[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] == finish
     assert chunks[-1]["usage"] == whole["usage"] and chunks[-1]["choices"] == []
@@ -160,7 +160,7 @@ def test_llamacpp_cut_off_call_is_no_call():
 
     req = prepare(tools=[WEATHER], tool_choice="required", messages=PARIS)
     r = Answer(ScriptedSession(['<tool_call>{"name": "get_weather", "arguments": {"city": "Pa'], LENGTH),
-               req, None, False, "m").response()
+               req, None, [], "m").response()
     assert r["choices"][0]["finish_reason"] == "length" and "tool_calls" not in r["choices"][0]["message"]
 
 
@@ -216,6 +216,19 @@ QWEN_LIKE = ("{%- if tools %}<|im_start|>system\n<tools>{% for t in tools %}{{ t
              "<|im_end|>\n{% endfor %}<|im_start|>assistant\n")
 
 
+def test_a_template_that_renders_tools_marks_a_tool_trained_model():
+    """Both engines read the model's own template this way (llama.cpp: the GGUF's; vLLM: the
+    tokenizer's) to pick the defaults measured for such models (toolbridge.options.DEFAULTS)."""
+    from toolbridge.dialects import get_dialect
+    from toolbridge.families import FAMILIES, renders_tools, writes_calls
+
+    assert renders_tools(QWEN_LIKE) and writes_calls(QWEN_LIKE, get_dialect("tags"))
+    lists_only = QWEN_LIKE.replace("<tool_call>\n{{ tc.function | tojson }}\n</tool_call>", "{{ tc.function.name }}")
+    assert renders_tools(lists_only) and not writes_calls(lists_only, get_dialect("tags"))
+    for src in (FAMILIES["chatml"].stock, None, "", "{{ raise_exception('no') }}", "{% broken"):
+        assert not renders_tools(src)
+
+
 def test_llamacpp_native_template_takes_only_a_tool_capable_one():
     """tb_template "native" renders with the GGUF's own template, unwrapped: only when that
     template renders tools itself and writes a past call as the request's dialect does (else
@@ -240,3 +253,19 @@ def test_llamacpp_native_template_takes_only_a_tool_capable_one():
         {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "x"}'}}]}]
     assert object_arguments(history)[0]["tool_calls"][0]["function"]["arguments"] == {"query": "x"}
     assert history[0]["tool_calls"][0]["function"]["arguments"] == '{"query": "x"}'  # not changed in place
+
+
+def test_llamacpp_watch_finds_any_trigger_and_holds_what_may_become_one():
+    """An auto answer watches every entry's trigger (129 for 128 tools) and the stop strings;
+    what may still become one is held back, looked up by prefix, not string by string."""
+    require("llama_cpp")
+    from llamacpp_ext.generate import Watch
+
+    w = Watch(["</s>"], {"<tool_call>": False, '{"name": "get_weather"': False, "Action:": True})
+    anywhere = lambda at: True  # noqa: E731
+    assert w.find('so {"name": "get_weather", "a', anywhere) == (3, '{"name": "get_weather"')
+    assert w.find('{"name": "get_time"', anywhere) is None
+    assert w.find("x</s>", anywhere) == (1, "</s>")
+    assert w.find("see Action: f", lambda at: at == 0) is None  # a line-start trigger mid-line
+    assert w.held('ok {"name": "get_w') == len('{"name": "get_w')
+    assert w.held("ok <tool") == len("<tool") and w.held("ok") == 0 and w.held("</") == 2

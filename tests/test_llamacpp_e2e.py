@@ -20,7 +20,7 @@ from jsonschema.validators import validator_for
 
 import hostile
 from servers import PYTHON, Server, check_load, free_port, require
-from toolsets import READ, SEARCH, WEATHER
+from toolsets import READ, SEARCH, WEATHER, bench_question
 
 pytestmark = pytest.mark.llamacpp
 
@@ -253,6 +253,23 @@ def test_call_cut_by_max_tokens_is_not_a_call(client, stream):
     assert finish == "length"
     if not stream:
         assert calls == []
+
+
+# bench/accuracy questions on which SmolLM2-135M under `required` loops inside a string value
+# (`"symbol": "NVDA_SCOPE_1_2_2023_2023_2023...`) and, without the loop guard, was cut off at 128
+# tokens with no call
+LOOPING = ["s11", "s12", "c15", "p08"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("qid", LOOPING)
+def test_required_closes_a_string_the_model_loops_in(client, qid, stream):
+    messages, tools = bench_question(qid)
+    _, calls, finish, _ = ask(client, stream, messages=messages, tools=tools, tool_choice="required", max_tokens=128)
+    assert calls and finish == "tool_calls", (qid, calls, finish)
+    schemas = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    for _, name, args in calls:
+        valid(name, args, schemas)
 
 
 def test_usage(client):

@@ -32,6 +32,7 @@ from llamacpp_ext.converter import schema_grammar  # noqa: E402
 from llamacpp_ext.grammar import render, tool_grammar  # noqa: E402
 from llamacpp_ext.regex import Unsupported, pattern_to_gbnf  # noqa: E402
 from toolbridge import ToolChoice, get_dialect, normalize_tools  # noqa: E402
+from toolbridge.grammar import entries  # noqa: E402
 from toolbridge.request import toolset  # noqa: E402
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "tool_schemas.json").read_text(encoding="utf-8"))
@@ -246,16 +247,28 @@ def test_recursive_root_ref(vocab):
 def test_lazy_continuation_starts_after_the_trigger(vocab):
     tools = normalize_tools([tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}},
                                                   "required": ["city"]})])
-    g = render(tools, TAGS, ToolChoice("auto"), after_trigger=True)
+    g = render(tools, TAGS, ToolChoice("auto"), after=TAGS.grammar_trigger)
     assert accepts(vocab, g, '\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
     assert not accepts(vocab, g, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+
+
+def test_a_bare_call_naming_a_tool_is_constrained_from_the_end_of_the_name(vocab):
+    tools = normalize_tools([tool("get_weather", {"type": "object", "properties": {"city": {"type": "string"}},
+                                                  "required": ["city"]}), tool("search", {"type": "object"})])
+    tags, *bare = entries(tools, TAGS)
+    assert tags.trigger == "<tool_call>" and tags.tools == tuple(tools)
+    assert [(e.trigger, e.tools) for e in bare] == [('{"name": "get_weather"', (tools[0],)), ('{"name": "search"', (tools[1],))]
+    g = render(bare[0].tools, bare[0].dialect, ToolChoice("auto"), after=bare[0].trigger)
+    assert accepts(vocab, g, ', "arguments": {"city": "Oslo"}}')
+    assert not accepts(vocab, g, ', "arguments": {"town": "Oslo"}}')
+    assert [e.trigger for e in entries(tools, get_dialect("json"))] == ['{"name": "']  # its own trigger covers it
 
 
 def test_unconvertible_schema_falls_back_to_generic_arguments(vocab, caplog):
     # a valid schema (2020-12 allows an empty enum) that llama-cpp-python's converter cannot take
     odd = tool("odd", {"type": "object", "properties": {"x": {"enum": []}}})
     local = tool("local", {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
-    g = tool_grammar(vocab, toolset([odd, local]), TAGS, ToolChoice("required"), parallel=False, after_trigger=False)
+    g = tool_grammar(vocab, toolset([odd, local]), TAGS, ToolChoice("required"), parallel=False)
     assert g is not None
     assert "'odd' cannot be constrained" in caplog.text  # the fallback is logged, naming the tool
     text, _ = grammar_text(g)
@@ -322,9 +335,9 @@ def test_corpus_is_real_and_varied():
 @pytest.mark.parametrize("entry", CORPUS, ids=[e["name"] for e in CORPUS])
 def test_corpus_schema_compiles(vocab, entry):
     tools = normalize_tools([tool(entry["name"], entry["parameters"], entry["description"])])
-    for choice, after in ((ToolChoice("named", entry["name"]), False), (ToolChoice("auto"), True)):
-        g = render(tools, TAGS, choice, parallel=False, after_trigger=after)
-        assert compiles(vocab, g)
+    assert compiles(vocab, render(tools, TAGS, ToolChoice("named", entry["name"]), parallel=False))
+    for e in entries(tools, TAGS):  # what auto arms: the dialect's marker, a bare call naming the tool
+        assert compiles(vocab, render(e.tools, e.dialect, ToolChoice("auto"), parallel=False, after=e.trigger))
 
 
 def test_whole_corpus_in_one_grammar_compiles(vocab):

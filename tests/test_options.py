@@ -1,10 +1,12 @@
-"""Per-request options and the `auto` steering, shared by both engines."""
+"""Per-request options, the `auto` steering and the loop guard, shared by both engines."""
 import math
 
 import pytest
 
 from toolbridge.dialects import get_dialect
-from toolbridge.options import DEFAULT_CALL_BIAS, resolve
+from toolbridge.loops import MIN_RUN, LoopGuard, closers, loops
+from toolbridge.options import DEFAULT_CALL_BIAS, DEFAULTS, resolve
+from toolbridge.request import prepare
 from toolbridge.steer import Steering, follows_user_turn
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
@@ -18,6 +20,15 @@ def test_resolve_order_kwargs_then_env_then_default():
     assert (got.dialect.name, got.call_bias) == ("react", 0.0)
 
 
+def test_a_tool_trained_model_gets_its_own_measured_defaults():
+    assert resolve({}, env={}, tool_trained=True).call_bias == DEFAULTS[True].call_bias < DEFAULT_CALL_BIAS
+    assert resolve({"tb_call_bias": 5}, env={}, tool_trained=True).call_bias == 5.0  # what the user sets wins
+    assert all(d.measured_on for d in DEFAULTS.values())
+    req = prepare(tools=[{"type": "function", "function": {"name": "f"}}], messages=[{"role": "user", "content": "x"}],
+                  tool_trained=True, env={})
+    assert req.steer and req.options.call_bias == DEFAULTS[True].call_bias
+
+
 @pytest.mark.parametrize("kwargs", [{"tb_dialect": "xml"}, {"tb_call_bias": "lots"}])
 def test_resolve_rejects_unknown_values(kwargs):
     with pytest.raises(ValueError):
@@ -27,6 +38,7 @@ def test_resolve_rejects_unknown_values(kwargs):
 def test_marker_tokens_are_the_whole_trigger_and_result_marker():
     s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE)
     assert (s.call, s.result, s.bias) == (tuple(ENCODE("<tool_call>")), tuple(ENCODE("<tool_response>")), 5.0)
+    assert s.starts == (ord("<"), ord("{"))  # the dialect's marker and a bare JSON call, both favoured
     assert Steering.for_dialect(get_dialect("react"), 5, ENCODE).result == tuple(ENCODE("Observation"))
     assert Steering.for_dialect(get_dialect("tags"), 5, ENCODE).horizon == len("<tool_response>")
 
@@ -41,9 +53,36 @@ def test_steering_favours_the_call_and_cuts_a_result_where_the_markers_part():
     assert s.changes([44, 19324, 79, 7639, 46, 1]) == []  # past the horizon
 
 
+def test_a_space_led_start_is_favoured_too_when_the_vocabulary_merges_it():
+    merged = {'{"': 7, ' {"': 8, "<": 9, " <": 10}
+
+    def encode(text):  # a vocabulary where ` {"` and ` <` are single tokens
+        for piece, token in sorted(merged.items(), key=lambda kv: -len(kv[0])):
+            if text.startswith(piece):
+                return [token] + encode(text[len(piece):])
+        return [ord(text[0])] + encode(text[1:]) if text else []
+
+    assert set(Steering.for_dialect(get_dialect("tags"), 5, encode).starts) == {7, 8, 9, 10}
+
+
+def test_a_bare_json_call_at_the_answers_start_names_a_declared_tool():
+    s = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["get_weather", "get_time"])
+    opening = ENCODE('{"name": "')
+    assert s.only([]) is None and s.only(opening[:3]) is None  # not yet a call's opening: free
+    assert s.only(opening) == (ord("g"),)
+    assert s.only(opening + ENCODE("get_")) == (ord("t"), ord("w"))
+    assert s.only(opening + ENCODE("get_time")) == (ord('"'),)  # the name ends there, quoted
+    assert s.only(ENCODE(' {"name": "get_w')) == (ord("e"),)  # after a space too
+    assert s.only(ENCODE('{"city": "')) is None  # other JSON stays free
+    assert s.only(opening + ENCODE('get_time"')) is None  # past the name: the grammar's part
+    assert s.horizon >= len(ENCODE(' {"name": "get_weather"'))
+
+
 def test_steering_travels_as_request_arguments():
     s = Steering((1, 2), (1, 3), 4.5)
     assert Steering.from_args(s.to_args()) == s
+    named = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["f"])
+    assert Steering.from_args(named.to_args()) == named
     assert Steering.from_args({}) is None
     assert Steering.from_args(Steering((1,), (), 0.0).to_args()) is None  # a bias of 0 is off
 
@@ -54,3 +93,55 @@ def test_steering_only_answers_a_user_turn():
     assert follows_user_turn([{"role": "user", "content": "hi"}, {"role": "system", "content": "late system"}])
     assert not follows_user_turn([{"role": "user", "content": "hi"}, call, {"role": "tool", "tool_call_id": "a", "content": "1"}])
     assert not follows_user_turn([])
+
+
+# -- the loop guard (toolbridge.loops) -------------------------------------------------------------
+
+@pytest.mark.parametrize("value", ["NVDA_SCOPE_1_2_2023" + "_2023" * 10, "https://x.com/search" + "/v/search_web" * 4,
+                                   "1548." + "00000000000001222." * 3, "0" * MIN_RUN])
+def test_a_string_ending_in_a_repeated_unit_loops(value):
+    assert loops(value)
+
+
+@pytest.mark.parametrize("value", ["1000000", "ha " * 10, "0x" + "0" * 40, "a" * (MIN_RUN - 1),
+                                   "The quick brown fox jumps over the lazy dog, then the lazy dog sleeps.",
+                                   "_2023" * 10 + " and then the text moves on to something else entirely"])
+def test_a_string_that_only_contains_a_repeat_does_not(value):
+    assert not loops(value)
+
+
+def test_the_guard_reads_json_strings_after_a_call_starts():
+    g = LoopGuard(["<tool_call>", '{"name": "'])
+    g.feed('I will say "' + "la " * 30)  # quoted prose before any call: not read
+    assert not g.armed and not g.looping
+    g.feed('<tool_c')
+    g.feed('all>\n{"name": "f", "arguments": {"q": "')
+    assert g.armed and g.in_string and not g.looping
+    g.feed("_2023" * 9)
+    assert not g.looping
+    g.feed("_2023" * 2)
+    assert g.looping
+    g.feed('"}')  # the string closed: the guard rests
+    assert not g.looping and not g.in_string
+
+
+def test_escaped_quotes_do_not_end_the_string():
+    g = LoopGuard()  # no starts: the whole answer is a call
+    g.feed('{"q": "a \\"b\\" ' + "xy" * 30)
+    assert g.in_string and g.looping
+
+
+def test_the_guard_travels_as_request_arguments_and_closes_with_quote_tokens():
+    assert LoopGuard.from_args({}) is None
+    assert LoopGuard.from_args(LoopGuard(["<tool_call>"]).to_args()).starts == ("<tool_call>",)
+    assert LoopGuard.from_args(LoopGuard().to_args()).armed
+    assert closers(ENCODE) == (ord('"'),)  # one token per character: every closing text starts with it
+
+
+def test_each_mode_gets_its_guard():
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    msgs = [{"role": "user", "content": "x"}]
+    assert prepare(tools=tools, tool_choice="required", messages=msgs).loop_guard().armed
+    lazy = prepare(tools=tools, tool_choice="auto", messages=msgs).loop_guard()
+    assert not lazy.armed and lazy.starts == ("<tool_call>", '{"name": "')
+    assert prepare(tools=tools, tool_choice="none", messages=msgs).loop_guard() is None

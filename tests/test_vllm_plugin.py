@@ -63,10 +63,14 @@ def tag_of(req):
     return json.loads(req.structured_outputs.structural_tag)["format"]
 
 
-def test_auto_is_lazy_on_the_dialect_marker():
+def test_auto_is_lazy_on_the_dialect_marker_and_on_a_bare_call_naming_a_tool():
     fmt = tag_of(adjusted())
-    assert fmt["type"] == "triggered_tags" and fmt["triggers"] == ["<tool_call>"] and not fmt["at_least_one"]
-    assert [t["begin"] for t in fmt["tags"]][0] == '<tool_call>\n{"name": "get_weather", "arguments": '
+    names = [t["function"]["name"] for t in TOOLS]
+    assert fmt["type"] == "triggered_tags" and not fmt["at_least_one"]
+    assert fmt["triggers"] == ["<tool_call>", *('{"name": "%s"' % n for n in names)]
+    begins = [t["begin"] for t in fmt["tags"]]
+    assert begins[0] == '<tool_call>\n{"name": "get_weather", "arguments": '
+    assert begins[len(names):] == ['{"name": "%s", "arguments": ' % n for n in names]
     assert all(t["content"]["max_whitespace_cnt"] <= 2 for t in fmt["tags"])  # bounded whitespace
 
 
@@ -81,7 +85,7 @@ def test_required_and_named_are_strict():
 
 def test_dialect_from_template_kwargs_and_its_stop():
     req = adjusted(chat_template_kwargs={"tb_dialect": "react"})
-    assert tag_of(req)["triggers"] == ["Action:"]
+    assert tag_of(req)["triggers"][0] == "Action:"
     assert "\nObservation:" in req.stop
 
 

@@ -1,4 +1,6 @@
 """Tool definitions shared by the tests."""
+import json
+from pathlib import Path
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city.",
@@ -22,3 +24,14 @@ def ids():
     """A deterministic call-id factory."""
     n = iter(range(10**9))
     return lambda: f"call_{next(n)}"
+
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "accuracy"
+
+
+def bench_question(qid: str) -> tuple[list[dict], list[dict]]:
+    """(messages, tools) of one bench/accuracy question, as the bench asks it."""
+    tools = json.loads((BENCH / "tools.json").read_text())
+    (q,) = [q for q in json.loads((BENCH / "questions.json").read_text())["questions"] if q["id"] == qid]
+    return ([{"role": "user", "content": q["question"]}],
+            [{"type": "function", "function": {"name": n, **tools[n]}} for n in q["tools"]])

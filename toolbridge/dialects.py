@@ -130,6 +130,7 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
 )}
 
 DEFAULT_DIALECT = "tags"
+BARE_JSON = DIALECTS["json"]  # a call as a bare JSON object: what models write unasked
 
 # Keys of a call object, in every spelling the seeds' clients asked models for.
 NAME_KEYS = frozenset({"name", "tool_name", "tool", "function_name", "action"})

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import jinja2
 
-from .dialects import DEFAULT_DIALECT
-from .render import PRELUDE_END, environment, prelude
+from .dialects import DEFAULT_DIALECT, Dialect
+from .render import PRELUDE_END, compile_template, environment, prelude
 
 
 @dataclass(frozen=True)
@@ -105,6 +105,39 @@ def supports_system_role(stock: str) -> bool:
     except jinja2.TemplateError:
         return False
     return _PROBE in out
+
+
+PROBE_TOOL = {"type": "function", "function": {"name": "toolbridge_probe_tool", "description": "probe",
+                                               "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}
+_PROBE_CALL = {"name": "toolbridge_probe_tool", "arguments": {"a": 1}}
+_PROBE_HISTORY = [{"role": "user", "content": "hi"},
+                  {"role": "assistant", "content": "", "tool_calls": [{"id": "call_1", "type": "function",
+                                                                      "function": _PROBE_CALL}]},
+                  {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+
+
+def _probe(template: str | None, messages: list) -> str | None:
+    """The template rendered with the probe tool (None when it has none or fails)."""
+    if not template:
+        return None
+    try:
+        return compile_template(template).render(messages=messages, tools=[PROBE_TOOL], add_generation_prompt=True)
+    except jinja2.TemplateError:
+        return None
+
+
+def renders_tools(template: str | None) -> bool:
+    """Whether a model's own chat template writes a request's tools into the prompt: the model
+    was trained for tool calls (toolbridge.options.DEFAULTS differ for it). Found by rendering a
+    probe, as llama-server's template analysis does."""
+    return PROBE_TOOL["function"]["name"] in (_probe(template, _PROBE_HISTORY[:1]) or "")
+
+
+def writes_calls(template: str | None, dialect: Dialect) -> bool:
+    """Whether a template renders tools and writes a past call exactly as `dialect` does (so
+    toolbridge's steering, grammar and parser fit what the prompt teaches)."""
+    written = dialect.format_calls([(_PROBE_CALL["name"], _PROBE_CALL["arguments"])])
+    return renders_tools(template) and written in (_probe(template, _PROBE_HISTORY) or "")
 
 
 def unwrap(template: str) -> str:

@@ -5,6 +5,13 @@ JSON follows the tool's parameter schema: a `Frame`. Each engine renders the fra
 own constraint format at its edge (vLLM: an xgrammar structural tag, in vllm_plugin; llama.cpp:
 GBNF, in llamacpp_ext), `auto` lazily from the dialect's trigger and `required` / named
 choices strictly. `constrain` is the one policy for a constraint an engine cannot take.
+
+What arms a lazy constraint is listed once too (`entries`): the prompted dialect's trigger, and a
+bare JSON call object that names a declared tool. Models trained for tools write that form
+whatever the prompt asks (Qwen2.5-Coder-0.5B answers with ```json {"name": ...}``` under its own
+tool template and behind the prelude alike), and the parser reads it as a call; the entry holds
+such a call to the tool's schema too. It is anchored on the tool's name, so other JSON in an
+answer (`{"name": "Ada"}`) stays free.
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
-from .dialects import Dialect
+from .dialects import BARE_JSON, Dialect
 from .tools import Tool, ToolChoice
 
 log = logging.getLogger("toolbridge")
@@ -40,6 +47,34 @@ def frames(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice | None = 
         end = dialect.call[2] + (dialect.calls_close if wrap else "")
         out.append(Frame(begin, t.engine_parameters, end))
     return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One way into an `auto` answer's constraint: the text that arms it, and the calls that may
+    follow: calls in `dialect` to `tools` (each call's frame begins with the trigger)."""
+
+    trigger: str
+    dialect: Dialect
+    tools: tuple[Tool, ...]
+
+    def frames(self, choice: ToolChoice | None = None) -> list[Frame]:
+        return frames(self.tools, self.dialect, choice)
+
+
+def entries(tools: Sequence[Tool], dialect: Dialect) -> list[Entry]:
+    """What arms an `auto` answer's constraint: the dialect's trigger, before a call to any tool;
+    then, unless the dialect is bare JSON itself, a bare JSON call naming one tool, from the end of
+    the name on (`{"name": "get_weather"` arms `, "arguments": {...}}` for get_weather only)."""
+    out = [Entry(dialect.grammar_trigger, dialect, tuple(tools))]
+    if not dialect.bare:
+        out += [Entry(BARE_JSON.call[0] + t.name + '"', BARE_JSON, (t,)) for t in tools]
+    return out
+
+
+def call_starts(dialect: Dialect) -> tuple[str, ...]:
+    """The texts an `auto` call may start with (steering favours their first tokens)."""
+    return tuple(dict.fromkeys((dialect.grammar_trigger, BARE_JSON.grammar_trigger)))
 
 
 def separator(dialect: Dialect) -> str:

@@ -25,6 +25,8 @@ from .data import plain_data
 from .dialects import Dialect
 from .errors import BadRequest
 from .events import ToolCall, new_call_id
+from .grammar import Entry, call_starts, entries
+from .loops import LoopGuard
 from .options import Options, resolve
 from .parse import ParseResult, parse
 from .steer import follows_user_turn
@@ -134,6 +136,23 @@ class ToolRequest:
             return None
         return "required" if self.choice.mode == "required" else self.choice.name if self.choice.mode == "named" else None
 
+    @property
+    def entries(self) -> list[Entry]:
+        """`auto`: what arms a call's constraint (toolbridge.grammar.entries), kept with the tool
+        set; other modes: none."""
+        if self.mode != LAZY:
+            return []
+        return self.toolset.memo(("entries", self.dialect.name), lambda: entries(self.tools, self.dialect))
+
+    def loop_guard(self) -> LoopGuard | None:
+        """A loop guard for one answer (toolbridge.loops): read from the answer's start when the
+        whole answer is calls, from the first call start under `auto`; none for other answers."""
+        if self.mode == STRICT:
+            return LoopGuard()
+        if self.mode == LAZY:
+            return LoopGuard(call_starts(self.dialect))
+        return None
+
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
         return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory)
 
@@ -157,8 +176,10 @@ class ToolRequest:
 def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Sequence[Any] = (),
             functions: Any = None, function_call: Any = None, parallel_tool_calls: Any = None,
             template_kwargs: Mapping[str, Any] | None = None, stop: Any = None, user_constraint: bool = False,
-            env: Mapping[str, str] = os.environ) -> ToolRequest:
-    """The request's tool handling; raises BadRequest for a request that must be answered 400."""
+            tool_trained: bool = False, env: Mapping[str, str] = os.environ) -> ToolRequest:
+    """The request's tool handling; raises BadRequest for a request that must be answered 400.
+    `tool_trained`: the served model's own template renders tools (its defaults differ:
+    toolbridge.options.DEFAULTS)."""
     if not tools and functions:
         tools, legacy_choice = legacy_tools(functions, function_call)
         tool_choice = tool_choice if tool_choice is not None else legacy_choice
@@ -166,7 +187,7 @@ def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: S
     choice = normalize_tool_choice(tool_choice, ts.tools)
     check_tool_results(messages)
     try:
-        options = resolve(template_kwargs, env)
+        options = resolve(template_kwargs, env, tool_trained)
     except ValueError as e:
         raise BadRequest(str(e), param="chat_template_kwargs") from None
     if not ts.tools or choice.mode == "none":

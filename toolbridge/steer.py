@@ -1,10 +1,14 @@
 """The `auto` call steering: small models rank "start a call" well but rarely enough to win
-greedy decoding, so the call marker's first token gets a bias at the answer's first position
-(bench/accuracy measured it). With it, a tool result the model starts writing itself
-(`<tool_response>`, which shares `<tool_call>`'s first tokens) is cut where the two markers
-part: a model never writes tool results. Both apply only at the answer's start, and only when
-the answer follows a user turn (after tool results the model should mostly answer, not call
-again); a bias of 0 turns both off.
+greedy decoding, so the first token of every way a call may start (the dialect's marker, and a
+bare JSON call object, which tool-trained models write instead: toolbridge.grammar.call_starts)
+gets a bias at the answer's first position (bench/accuracy measured it). A bare JSON call started
+there names a declared tool: its name is held to the tools' names, token by token, up to the name's
+closing quote, where the grammar takes over (toolbridge.grammar.entries; Qwen2.5-Coder-0.5B, pushed
+into `{"`, went on with names of its own, `{"name": "hiking_trails"`, which fall out of every
+constraint). A tool result the model starts writing itself (`<tool_response>`, which shares
+`<tool_call>`'s first tokens) is cut where the two markers part: a model never writes tool results.
+All of it applies only at the answer's start, and only when the answer follows a user turn (after
+tool results the model should mostly answer, not call again); a bias of 0 turns it off.
 
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
 it as per-request arguments (`to_args` / `from_args`).
@@ -16,36 +20,73 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from .data import plain_data
-from .dialects import Dialect
+from .dialects import BARE_JSON, Dialect
+from .grammar import call_starts
 
-ARG_BIAS, ARG_CALL, ARG_RESULT = "toolbridge_bias", "toolbridge_bias_ids", "toolbridge_result_ids"
+ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES = (
+    "toolbridge_bias", "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_start_ids", "toolbridge_name_ids")
 
 
 @dataclass(frozen=True)
 class Steering:
-    call: tuple[int, ...]  # the tokens a call starts with (the dialect's trigger)
+    call: tuple[int, ...]  # the tokens the dialect's call marker starts with
     result: tuple[int, ...]  # the tokens a tool result starts with
     bias: float
+    starts: tuple[int, ...] = ()  # the first tokens of every call start (default: call[0])
+    heads: tuple[tuple[int, ...], ...] = ()  # a bare JSON call's opening: `{"name": "`, ` {"name": "`
+    names: tuple[tuple[int, ...], ...] = ()  # ... followed by a declared tool's name and its quote
+
+    def __post_init__(self) -> None:
+        if not self.starts and self.call:
+            object.__setattr__(self, "starts", self.call[:1])
 
     @classmethod
-    def for_dialect(cls, dialect: Dialect, bias: float, encode: Callable[[str], list[int]]) -> "Steering":
+    def for_dialect(cls, dialect: Dialect, bias: float, encode: Callable[[str], list[int]],
+                    tools: Sequence[str] = ()) -> "Steering":
+        """The steering for calls in `dialect` to the tools named, in a tokenizer's ids. Each
+        call start counts as written at a line's start and after a space (` {"` is one token in
+        many vocabularies)."""
+        space = encode(" ")[:1]
+        firsts, heads, names = [], [], []
+        for text in call_starts(dialect):
+            firsts += encode(text)[:1]
+            spaced = encode(" " + text)[:1]
+            if spaced and spaced != space:
+                firsts += spaced
+        for opening in (BARE_JSON.call[0], " " + BARE_JSON.call[0]):
+            head = encode(opening)
+            heads.append(tuple(head))
+            names += [tuple(head + encode(name + '"')) for name in tools]
         return cls(tuple(encode(dialect.grammar_trigger)),
-                   tuple(encode(dialect.result_marker)) if dialect.result_marker else (), float(bias))
+                   tuple(encode(dialect.result_marker)) if dialect.result_marker else (), float(bias),
+                   tuple(dict.fromkeys(firsts)), tuple(heads) if names else (), tuple(dict.fromkeys(names)))
 
     @property
     def horizon(self) -> int:
-        """How many output tokens steering can touch: past it, `changes` is always empty."""
-        return max(1, len(self.result))
+        """How many output tokens steering can touch: past it, `changes` and `only` say nothing."""
+        return max(1, len(self.result), *map(len, self.names))
+
+    def only(self, output: Sequence[int]) -> tuple[int, ...] | None:
+        """The tokens allowed next, given the answer's tokens so far: once the answer has written
+        a bare JSON call's opening (`{"name": "`), the next token of a declared tool's name; None
+        (no restriction) anywhere else."""
+        n = len(output)
+        if n == 0 or n >= self.horizon:
+            return None
+        out = tuple(output)
+        if not any(n >= len(h) and out[:len(h)] == h for h in self.heads):
+            return None
+        return tuple(sorted({p[n] for p in self.names if len(p) > n and p[:n] == out})) or None
 
     def changes(self, output: Sequence[int]) -> list[tuple[int, float]]:
-        """(token, logit change) for the next token, given the answer's tokens so far: the call
-        marker's first token favoured at the start; the token where a tool result's marker
+        """(token, logit change) for the next token, given the answer's tokens so far: each call
+        start's first token favoured at the start; the token where a tool result's marker
         leaves the call marker banned while the answer is a prefix of it."""
         n = len(output)
         if n >= self.horizon:
             return []
         call, result = self.call, self.result
-        changes = [(call[0], self.bias)] if n == 0 and call else []
+        changes = [(t, self.bias) for t in self.starts] if n == 0 else []
         if n < len(result) and tuple(output) == result[:n]:
             on_call_path = n < len(call) and tuple(output) == call[:n] and call[n] == result[n]
             if not on_call_path:
@@ -53,7 +94,8 @@ class Steering:
         return changes
 
     def to_args(self) -> dict:
-        return {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result)}
+        return {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result),
+                ARG_STARTS: list(self.starts), ARG_NAMES: [list(self.heads), list(self.names)]}
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None) -> "Steering | None":
@@ -62,7 +104,13 @@ class Steering:
         call, bias = args.get(ARG_CALL), args.get(ARG_BIAS)
         if not call or not bias:
             return None
-        return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias))
+        heads, names = args.get(ARG_NAMES) or ((), ())
+        return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias),
+                   tuple(int(t) for t in args.get(ARG_STARTS) or ()), _paths(heads), _paths(names))
+
+
+def _paths(paths: Any) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(int(t) for t in p) for p in paths)
 
 
 def follows_user_turn(messages: Sequence[Any]) -> bool:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from toolbridge.dialects import Dialect
-from toolbridge.grammar import MAX_WHITESPACE, constrain, frames, separator
+from toolbridge.grammar import MAX_WHITESPACE, Frame, constrain, entries, frames, separator
 from toolbridge.request import ToolRequest
 from toolbridge.tools import Tool, ToolChoice
 
@@ -32,16 +32,22 @@ MIN_SLICE = 16  # fewer tools than this are checked in one pass
 _POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="toolbridge-xgrammar")
 
 
+def _tag(f: Frame) -> dict:
+    return {"type": "tag", "begin": f.begin,
+            "content": {"type": "json_schema", "json_schema": f.schema, "max_whitespace_cnt": MAX_WHITESPACE},
+            "end": f.end}
+
+
 def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel: bool) -> dict:
-    """xgrammar structural tag for calls to these tools."""
-    tags = [{"type": "tag", "begin": f.begin,
-             "content": {"type": "json_schema", "json_schema": f.schema, "max_whitespace_cnt": MAX_WHITESPACE},
-             "end": f.end} for f in frames(tools, dialect, choice)]
+    """xgrammar structural tag for calls to these tools (auto: armed by every entry's trigger)."""
     if choice.mode == "auto":
-        fmt = {"type": "triggered_tags", "triggers": [dialect.grammar_trigger], "tags": tags,
+        lazy = entries(tools, dialect)
+        fmt = {"type": "triggered_tags", "triggers": [e.trigger for e in lazy],
+               "tags": [_tag(f) for e in lazy for f in e.frames(choice)],
                "at_least_one": False, "stop_after_first": not parallel}
     else:
-        fmt = {"type": "tags_with_separator", "tags": tags, "separator": separator(dialect),
+        fmt = {"type": "tags_with_separator", "tags": [_tag(f) for f in frames(tools, dialect, choice)],
+               "separator": separator(dialect),
                "at_least_one": True, "stop_after_first": not parallel or choice.mode == "named"}
     return {"type": "structural_tag", "format": fmt}
 

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from toolbridge import BadRequest
 from toolbridge.deltas import delta
+from toolbridge.families import renders_tools
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.steer import Steering
@@ -60,15 +61,19 @@ class ToolbridgeToolParser(ToolParser):
         response_format or structured output is left alone."""
         if not getattr(request, "tools", None):
             return request
-        req = _prepare(request)
+        req = _prepare(request, self.model_tokenizer)
         if req.mode == PLAIN:
             return request
         request.stop = list(req.stop)
         if req.mode == USER:
             return request
+        xargs = {**(getattr(request, "vllm_xargs", None) or {})}
         if req.steer and self.model_tokenizer is not None:
-            steering = _steering(self.model_tokenizer, req)
-            request.vllm_xargs = {**(getattr(request, "vllm_xargs", None) or {}), **steering.to_args()}
+            xargs.update(_steering(self.model_tokenizer, req).to_args())
+        guard = req.loop_guard()
+        if guard is not None:
+            xargs.update(guard.to_args())
+        request.vllm_xargs = xargs
         tag = structural_tag(req) if StructuredOutputsParams is not None else None
         if tag is not None:
             request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
@@ -78,7 +83,7 @@ class ToolbridgeToolParser(ToolParser):
 
     # -- non-streaming --------------------------------------------------------------------------
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
-        req = _prepare(request) if request.tools else None
+        req = _prepare(request, self.model_tokenizer) if request.tools else None
         if req is None or req.mode == PLAIN:
             return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
         result = req.parse(model_output)
@@ -94,7 +99,7 @@ class ToolbridgeToolParser(ToolParser):
                                      previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
                                      delta_token_ids: Sequence[int], request: Any) -> DeltaMessage | None:
         if self._stream is None and not self._passthrough:
-            req = _prepare(request) if request.tools else None
+            req = _prepare(request, self.model_tokenizer) if request.tools else None
             if req is None or req.mode == PLAIN:
                 self._passthrough = True
             else:
@@ -135,27 +140,36 @@ class ToolbridgeToolParser(ToolParser):
         return DeltaMessage.model_validate(d) if d is not None else None
 
 
-def _prepare(request: Any) -> ToolRequest:
+def _prepare(request: Any, tokenizer: Any) -> ToolRequest:
     """The core's request decision; vLLM answers a ValueError with 400."""
     try:
         return prepare(tools=request.tools, tool_choice=request.tool_choice, messages=request.messages,
                        parallel_tool_calls=request.parallel_tool_calls,
                        template_kwargs=getattr(request, "chat_template_kwargs", None), stop=request.stop,
-                       user_constraint=_user_constrained(request))
+                       user_constraint=_user_constrained(request), tool_trained=_tool_trained(tokenizer))
     except BadRequest as e:
         raise ValueError(e.message) from None
 
 
-_STEERING: dict[tuple[int, str, float], Steering] = {}
+_TRAINED: dict[int, bool] = {}
+
+
+def _tool_trained(tokenizer: Any) -> bool:
+    """Whether the model's own chat template (the tokenizer's, whatever --chat-template serves)
+    renders tools; found once per tokenizer."""
+    key = id(tokenizer)
+    if key not in _TRAINED:
+        _TRAINED[key] = renders_tools(getattr(tokenizer, "chat_template", None))
+    return _TRAINED[key]
 
 
 def _steering(tokenizer: Any, req: ToolRequest) -> Steering:
-    """The request's steering in this tokenizer's ids (encoded once per dialect and bias)."""
-    key = (id(tokenizer), req.dialect.name, req.options.call_bias)
-    if key not in _STEERING:
-        _STEERING[key] = Steering.for_dialect(req.dialect, req.options.call_bias,
-                                              lambda t: tokenizer.encode(t, add_special_tokens=False))
-    return _STEERING[key]
+    """The request's steering in this tokenizer's ids (kept with the tool set)."""
+    def build() -> Steering:
+        return Steering.for_dialect(req.dialect, req.options.call_bias,
+                                    lambda t: tokenizer.encode(t, add_special_tokens=False), [t.name for t in req.tools])
+
+    return req.toolset.memo(("vllm-steering", id(tokenizer), req.dialect.name, req.options.call_bias), build)
 
 
 # The constraints adjust_request set (the parser reads the same request again for its answer,

@@ -8,8 +8,9 @@ questions against it and prints one table:
 - vLLM + toolbridge: `--tool-call-parser toolbridge`, packaged ChatML template
 - vLLM + hermes: `--tool-call-parser hermes` with vLLM's `examples/tool_chat_template_hermes.jinja`
   (not shipped in the wheel: pass its path with --hermes-template)
-- llama.cpp + toolbridge: `python -m llamacpp_ext` (`-prelude`: with `tb_template: gguf`, the
-  model's own template behind the prelude even where the model's tool template would fit)
+- llama.cpp + toolbridge: `python -m llamacpp_ext` (the model's own template behind the prelude;
+  `-native`: with `tb_template: native`, the model's own tool template as it is, for models that
+  have one)
 - llama.cpp + chatml-function-calling: llama-cpp-python's own handler
 - llama-server + toolbridge: stock `llama-server --jinja` with the packaged ChatML template
   (its own template analysis, parser and grammar; scripts/llama_server.sh builds it)
@@ -17,12 +18,13 @@ questions against it and prints one table:
 - llama-server + toolbridge, steered (with `--server-bias B`): the same with llama-server's
   `--logit-bias` flag on the call marker's first token (every step, as llama-server applies it)
 - vLLM + native: the model's own template with `--tool-call-parser hermes` (for models whose
-  template has tools in Hermes form, as Qwen's has)
+  template has tools in Hermes form, as Qwen's has); `vllm-toolbridge-native`: the model's own
+  template with `--tool-call-parser toolbridge`
 
     python bench/accuracy/compare.py --hermes-template tool_chat_template_hermes.jinja
     python bench/accuracy/compare.py --only llama-toolbridge,llama-chatml-fc
     python bench/accuracy/compare.py --only llama-toolbridge,llama-server-toolbridge,llama-server-native
-    python bench/accuracy/compare.py --model qwen --max-tokens 256 \
+    python bench/accuracy/compare.py --model qwen --max-tokens 256 --concurrency 4 \
         --only vllm-toolbridge,vllm-native,llama-toolbridge,llama-server-toolbridge,llama-server-native
 """
 from __future__ import annotations
@@ -119,10 +121,10 @@ def setups(model: Model, hermes_template: Path | None, server_bias: float = 0) -
     out["vllm-native"] = (lambda p: vllm_argv(model, p, "hermes", None), "/health", vllm_env)
     # toolbridge's parser, steering and grammars behind the model's own tool prompt
     out["vllm-toolbridge-native"] = (lambda p: vllm_argv(model, p, "toolbridge", None), "/health", vllm_env)
-    # the default: a GGUF whose own template fits is used as is (native), else behind the prelude
+    # the default: the GGUF's own template behind the prelude; -native: its own tool template as it is
     out["llama-toolbridge"] = (lambda p: llama_argv(model, p, None), "/v1/models", {})
-    out["llama-toolbridge-prelude"] = (lambda p: llama_argv(model, p, None, "--chat_template_kwargs",
-                                                            json.dumps({"tb_template": "gguf"})), "/v1/models", {})
+    out["llama-toolbridge-native"] = (lambda p: llama_argv(model, p, None, "--chat_template_kwargs",
+                                                           json.dumps({"tb_template": "native"})), "/v1/models", {})
     out["llama-chatml-fc"] = (lambda p: llama_argv(model, p, "chatml-function-calling"), "/v1/models", {})
     out["llama-server-toolbridge"] = (lambda p: llama_server_argv(model, p, chatml), "/health", {})
     out["llama-server-native"] = (lambda p: llama_server_argv(model, p, None), "/health", {})
@@ -143,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--out", type=Path, default=Path("accuracy-results.json"), help="results (JSON), per label")
     ap.add_argument("--logs", type=Path, help="directory for per-question results")
+    ap.add_argument("--concurrency", type=int, default=1,
+                    help="questions asked at a time on vLLM setups (it batches them; llama.cpp serves one at a time)")
     a = ap.parse_args(argv)
     chosen = setups(MODELS[a.model], a.hermes_template, a.server_bias)
     if a.only:
@@ -158,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             log = a.logs / f"{label}.jsonl" if a.logs else None
             if log:
                 log.parent.mkdir(parents=True, exist_ok=True)
-            results[label] = run.run(server.base_url, MODEL, ["auto", "required"], a.max_tokens, {}, log)
+            results[label] = run.run(server.base_url, MODEL, ["auto", "required"], a.max_tokens, {}, log,
+                                     a.concurrency if label.startswith("vllm") else 1)
         a.out.write_text(json.dumps(results, indent=1))
     print(run.table(results))
     return 0

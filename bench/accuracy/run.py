@@ -21,6 +21,7 @@ import re
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from itertools import permutations
 from pathlib import Path
 from typing import Any
@@ -108,19 +109,27 @@ def prompt_overhead(client: openai.OpenAI, model: str, extra: dict) -> int | Non
     return with_tools.usage.prompt_tokens - base.usage.prompt_tokens
 
 
-def run(base_url: str, model: str, modes: list[str], max_tokens: int, extra: dict, log: Path | None) -> dict:
-    client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=600, max_retries=0)
+def run(base_url: str, model: str, modes: list[str], max_tokens: int, extra: dict, log: Path | None,
+        concurrency: int = 1) -> dict:
+    """Ask every question in each mode; `concurrency` questions at a time (a server that batches,
+    as vLLM does, answers them together)."""
+    client = openai.OpenAI(base_url=base_url, api_key="unused", timeout=1800, max_retries=0)
     out: dict[str, Any] = {}
     rows = []
+
+    def one(q: dict, mode: str) -> tuple[list, dict, bool]:
+        try:
+            return *ask(client, model, q, mode, max_tokens, extra), False
+        except openai.APIError as e:
+            return [], {"error": str(e)[:200]}, True
+
     for mode in modes:
         scores, errors, t0 = [], 0, time.time()
-        for q in QUESTIONS:
-            if mode == "required" and not q["expected"]:
-                continue
-            try:
-                calls, meta = ask(client, model, q, mode, max_tokens, extra)
-            except openai.APIError as e:
-                calls, meta, errors = [], {"error": str(e)[:200]}, errors + 1
+        asked = [q for q in QUESTIONS if mode != "required" or q["expected"]]
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            answers = list(pool.map(lambda q: one(q, mode), asked))
+        for q, (calls, meta, failed) in zip(asked, answers):
+            errors += failed
             s = score(q, calls)
             scores.append(s)
             rows.append({"mode": mode, "id": q["id"], **s, "calls": calls, **meta})
@@ -163,8 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--extra-body", default="{}", help="JSON merged into every request body")
     ap.add_argument("--log", type=Path, help="write per-question results (JSON lines) here")
     ap.add_argument("--json", type=Path, help="append {label: results} to this JSON file")
+    ap.add_argument("--concurrency", type=int, default=1, help="questions asked at a time")
     a = ap.parse_args(argv)
-    res = run(a.base_url, a.model, a.modes.split(","), a.max_tokens, json.loads(a.extra_body), a.log)
+    res = run(a.base_url, a.model, a.modes.split(","), a.max_tokens, json.loads(a.extra_body), a.log, a.concurrency)
     print(table({a.label: res}))
     if a.json:
         prev = json.loads(a.json.read_text()) if a.json.exists() else {}
