@@ -26,7 +26,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
-from toolbridge.loops import CLOSE_BIAS, LoopGuard
+from toolbridge.loops import LoopGuard
 from toolbridge.steer import Steering
 
 from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
@@ -80,8 +80,10 @@ class Sampler:
         if steer is not None and len(tokens) - self.answer_start < steer.horizon:
             answer = tokens[self.answer_start:]
             changes, only = steer.changes(answer), steer.only(answer)
-        if self.guard is not None and self.guard.state.looping:
-            changes = [*changes, *((t, CLOSE_BIAS) for t in self.guard.closers)]
+        if self.guard is not None:
+            g = self.guard
+            changes = [*changes, *g.state.changes(lambda: g.text(int(np.argmax(last_logits(self.llama)))),
+                                                  g.closers, g.enders)]
         if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
         logits = last_logits(self.llama)
@@ -128,10 +130,13 @@ class Sampler:
 
 @dataclass
 class Guard:
-    """An answer's loop guard (toolbridge.loops) and the model's string-closing tokens."""
+    """An answer's loop guard (toolbridge.loops), the model's string-closing and
+    arguments-ending tokens, and its token texts."""
 
     state: LoopGuard
     closers: tuple[int, ...]
+    enders: tuple[tuple[int, str], ...] = ()
+    text: Callable[[int], str] = str
 
 
 # How a phase ended.

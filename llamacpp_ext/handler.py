@@ -23,7 +23,7 @@ from toolbridge.data import plain_data
 from toolbridge.deltas import delta, message
 from toolbridge.events import CallEnd, Content, Event
 from toolbridge.grammar import Entry
-from toolbridge.loops import closers
+from toolbridge.loops import LoopGuard, closers, enders
 from toolbridge.parse import collect
 from toolbridge.request import LAZY, PLAIN, STRICT, ToolRequest, prepare
 from toolbridge.steer import Steering
@@ -82,7 +82,7 @@ def toolbridge_chat_handler(
     guard = req.loop_guard()
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])], steering=steering,
-                      guard=Guard(guard, _closers(llama)) if guard is not None else None)
+                      guard=_guard(llama, guard) if guard is not None else None)
     answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path)
     if stream:
         return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
@@ -156,13 +156,20 @@ def _steering(llama: llama_cpp.Llama, req: ToolRequest) -> Steering:
     return req.toolset.memo(("steering", model_key(llama), req.dialect.name, req.options.call_bias), build)
 
 
-_CLOSERS: dict[int, tuple[int, ...]] = {}
+_CLOSERS: dict[int, tuple[tuple[int, ...], tuple[tuple[int, str], ...]]] = {}
 
 
-def _closers(llama: llama_cpp.Llama) -> tuple[int, ...]:
+def _guard(llama: llama_cpp.Llama, state: LoopGuard) -> Guard:
+    """The answer's guard with the model's string-closing and arguments-ending tokens."""
+    def text(token: int) -> str:
+        return llama.detokenize([token]).decode("utf-8", "replace")
+
     if id(llama) not in _CLOSERS:
-        _CLOSERS[id(llama)] = closers(lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False))
-    return _CLOSERS[id(llama)]
+        def encode(t: str) -> list[int]:
+            return llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)
+        _CLOSERS[id(llama)] = closers(encode), enders(encode, text)
+    quote, ending = _CLOSERS[id(llama)]
+    return Guard(state, quote, ending, text)
 
 
 class Answer:

@@ -2,9 +2,11 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolbridge.dialects import get_dialect
-from toolbridge.loops import MIN_RUN, LoopGuard, closers, loops
+from toolbridge.loops import MIN_RUN, LoopGuard, closers, enders, loops
 from toolbridge.options import DEFAULT_CALL_BIAS, DEFAULTS, resolve
 from toolbridge.request import prepare
 from toolbridge.steer import Steering, follows_user_turn
@@ -145,3 +147,71 @@ def test_each_mode_gets_its_guard():
     lazy = prepare(tools=tools, tool_choice="auto", messages=msgs).loop_guard()
     assert not lazy.armed and lazy.starts == ("<tool_call>", '{"name": "')
     assert prepare(tools=tools, tool_choice="none", messages=msgs).loop_guard() is None
+
+
+# -- closing the arguments after the required ones (toolbridge.loops, toolbridge.reader) ----------
+
+REQUIRED = {"search_web": ["query"], "set_reminder": ["message", "minutes"]}
+ENDING = [(1, '"}}'), (2, "}}"), (3, '"'), (4, "}"), (5, ","), (6, '" }')]
+
+
+def _guard(text, starts=("<tool_call>", '{"name": "'), bias=5.5):
+    g = LoopGuard(starts, REQUIRED, bias)
+    g.feed(text)
+    return g
+
+
+def test_going_on_past_the_required_arguments_gives_way_to_closing_them():
+    g = _guard('<tool_call>\n{"name": "search_web", "arguments": {"query": "vegan lasagna')
+    assert g.deciding and g.reader.name == "search_web"
+    assert g.changes(lambda: '",', (), ENDING) == [(1, 5.5), (6, 5.5)]  # closing the string and the object
+    assert g.changes(lambda: " recipes", (), ENDING) == []  # the value goes on: nothing changes
+    g.feed('", "max_results": 10')
+    assert g.changes(lambda: ",", (), ENDING) == [(2, 5.5), (4, 5.5)]
+    assert g.changes(lambda: "}}", (), ENDING) == []  # closing anyway
+    ending = enders(ENCODE, chr)  # one token per character: the first characters of the ending texts
+    assert dict(ending) == {ord("}"): "}", ord(" "): " ", ord('"'): '"'}
+    assert g.changes(lambda: ",", (), ending) == [(ord("}"), 5.5)]  # only the tokens that do end them
+
+
+def test_nothing_changes_before_every_required_argument_is_written():
+    g = _guard('{"name": "set_reminder", "arguments": {"message": "call mom')
+    assert not g.deciding and g.changes(lambda: '",', (), ENDING) == []
+    g.feed('", "minutes": 30')
+    assert g.deciding and g.closes(",") and g.closes(', "') and not g.closes("0")
+
+
+def test_nested_values_unknown_tools_and_no_bias_are_left_alone():
+    g = _guard('{"name": "search_web", "arguments": {"query": {"a": 1')
+    assert not g.deciding  # inside a nested object
+    g.feed("}")
+    assert g.deciding  # back at the arguments' level, after the value
+    assert not _guard('{"name": "other", "arguments": {"x": 1').deciding
+    assert not _guard('{"name": "search_web", "arguments": {"query": "x"', bias=0).deciding
+    assert not _guard('{"name": "search_web", "arguments": {"query": "x"', starts=["<tool_call>"]).deciding  # no start
+    assert LoopGuard.from_args(LoopGuard([], REQUIRED, 2).to_args()).required == {
+        n: frozenset(k) for n, k in REQUIRED.items()}
+
+
+def test_the_second_call_of_an_answer_is_read_afresh():
+    g = _guard('<tool_call>\n{"name": "search_web", "arguments": {"query": "a"}}\n</tool_call>\n'
+               '<tool_call>\n{"name": "set_reminder", "arguments": {"message": "b"')
+    assert g.reader.name == "set_reminder" and g.reader.keys == {"message"} and not g.deciding
+
+
+def test_the_request_carries_each_tools_required_arguments_and_the_measured_bias():
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}},
+             {"type": "function", "function": {"name": "g"}}]
+    msgs = [{"role": "user", "content": "x"}]
+    g = prepare(tools=tools, messages=msgs, tool_trained=True, env={}).loop_guard()
+    assert g.required == {"f": frozenset({"a"}), "g": frozenset()} and g.close_bias == DEFAULTS[True].close_bias
+    assert prepare(tools=tools, messages=msgs, env={}).loop_guard().close_bias == DEFAULTS[False].close_bias
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='{}[]",:\\ abc\n0', max_size=80), st.text(alphabet='{}[]",:\\ ab', max_size=6))
+def test_the_reader_never_raises_on_model_text(text, top):
+    g = LoopGuard([], {"a": [], "b": ["a"]}, 3)
+    g.feed(text)
+    g.changes(lambda: top, (9,), ENDING)

@@ -7,7 +7,10 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
 - on s03, s10 and s12 the model writes its call as bare JSON with a name of its own
   (`{"name": "hiking_trails"`); the call's name is held to the declared tools (toolbridge.steer);
 - on n02, n07, n10, n11 and n12, which need no tool, it called a tool under its own template or
-  with the 135M model's call bias; it must answer in text.
+  with the 135M model's call bias; it must answer in text;
+- on c05, c07 and c12 it filled in optional arguments nobody gave (`"max_price": 1`,
+  `"brightness": 50`, `"time": "14:00"`); the arguments close after the required ones
+  (toolbridge.loops), and on s10 the optional ones the user gave are kept.
 """
 from __future__ import annotations
 
@@ -84,4 +87,13 @@ def test_a_question_that_needs_no_tool_gets_text(client, qid):
 def test_required_is_a_valid_call(client, qid):
     _, calls, finish, tools = answer(client, qid, "required", False)
     assert calls and finish == "tool_calls"
+    valid(calls, tools)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("qid, keys", [("c05", {"city", "cuisine"}), ("c07", {"room", "on"}), ("c12", {"title", "date"}),
+                                       ("s10", {"title", "date", "time", "duration_minutes"})])
+def test_optional_arguments_are_the_ones_the_user_gave(client, qid, keys, stream):
+    content, calls, _, tools = answer(client, qid, "auto", stream)
+    assert len(calls) == 1 and set(calls[0][1]) == keys, (content, calls)
     valid(calls, tools)

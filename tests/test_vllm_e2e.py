@@ -239,6 +239,23 @@ def test_required_closes_a_string_the_model_loops_in(client, qid):
     check_calls(calls, {t["function"]["name"]: t["function"]["parameters"] for t in tools})
 
 
+# bench/accuracy questions on which SmolLM2-135M fills in a `count` nobody asked for
+@pytest.mark.parametrize("qid", ["c13", "s25"])
+def test_the_argument_close_leaves_out_optional_arguments_nobody_gave(client, qid):
+    """The argument close reaches the engine (adjust_request -> sampling params -> the logits
+    processor): off (this model's default), the model adds `count`; on, the call ends after `topic`."""
+    messages, tools = bench_question(qid)
+
+    def keys(bias: float) -> list[set]:
+        _, calls, finish = both(client, messages=messages, tools=tools, tool_choice="required", max_tokens=128,
+                                extra_body={"chat_template_kwargs": {"tb_close_bias": bias}})
+        check_calls(calls, {t["function"]["name"]: t["function"]["parameters"] for t in tools})
+        return [set(json.loads(args)) for _, _, args in calls]
+
+    assert keys(0) == [{"topic", "count"}]
+    assert keys(8) == [{"topic"}]
+
+
 BAD = {
     "unknown tool in tool_choice": dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
     "parameters not a schema": dict(tools=[{"type": "function", "function": {

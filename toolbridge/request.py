@@ -147,11 +147,10 @@ class ToolRequest:
     def loop_guard(self) -> LoopGuard | None:
         """A loop guard for one answer (toolbridge.loops): read from the answer's start when the
         whole answer is calls, from the first call start under `auto`; none for other answers."""
-        if self.mode == STRICT:
-            return LoopGuard()
-        if self.mode == LAZY:
-            return LoopGuard(call_starts(self.dialect))
-        return None
+        if self.mode not in (STRICT, LAZY):
+            return None
+        required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
+        return LoopGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.options.close_bias)
 
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
         return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory)
@@ -231,3 +230,8 @@ def _stop_list(stop: Any) -> list[str]:
     if isinstance(stop, (list, tuple)) and all(isinstance(s, str) for s in stop):
         return list(stop)
     raise BadRequest("stop must be a string or a list of strings.", param="stop")
+
+
+def _required(tool: Tool) -> list[str]:
+    """The arguments a tool's schema requires (the schema is checked: a list of names)."""
+    return list(tool.parameters.get("required") or ())

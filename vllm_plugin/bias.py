@@ -1,5 +1,6 @@
 """toolbridge's per-request logit rules as one vLLM logits processor: the `auto` call steering
-(toolbridge.steer) and the loop guard of constrained calls (toolbridge.loops).
+(toolbridge.steer) and the guard of constrained calls (toolbridge.loops: loops, and optional
+arguments nobody asked for).
 
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
 `--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unsteered and
@@ -13,7 +14,7 @@ from typing import Any, Callable
 
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from toolbridge.loops import CLOSE_BIAS, LoopGuard, closers
+from toolbridge.loops import LoopGuard, closers, enders
 from toolbridge.steer import Steering
 
 
@@ -23,18 +24,21 @@ class CallBias(AdapterLogitsProcessor):
         self._model_config = getattr(vllm_config, "model_config", None)
         self._tokenizer: Any = None
         self._closers: tuple[int, ...] = ()
+        self._enders: tuple[tuple[int, str], ...] = ()
 
     def is_argmax_invariant(self) -> bool:
         return False
 
-    def _text(self) -> tuple[Callable[[list[int]], str], tuple[int, ...]]:
-        """The model's detokenizer and its string-closing tokens (the guard reads text)."""
+    def _text(self) -> Callable[[list[int]], str]:
+        """The model's detokenizer (the guard reads text); loads its closing tokens too."""
         if self._tokenizer is None:
             from vllm.tokenizers import cached_tokenizer_from_config
 
-            self._tokenizer = cached_tokenizer_from_config(self._model_config)
-            self._closers = closers(lambda t: self._tokenizer.encode(t, add_special_tokens=False))
-        return self._tokenizer.decode, self._closers
+            tok = cached_tokenizer_from_config(self._model_config)
+            encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+            self._closers, self._enders = closers(encode), enders(encode, lambda t: tok.decode([t]))
+            self._tokenizer = tok
+        return self._tokenizer.decode
 
     def new_req_logits_processor(self, params: Any) -> Callable | None:
         args = getattr(params, "extra_args", None)
@@ -43,7 +47,7 @@ class CallBias(AdapterLogitsProcessor):
             guard = None
         if steering is None and guard is None:
             return None
-        decode, closing = self._text() if guard is not None else (None, ())
+        decode = self._text() if guard is not None else None
         read = [0]  # output tokens the guard has read
 
         def apply(output_ids: list[int], logits: Any) -> Any:
@@ -60,8 +64,9 @@ class CallBias(AdapterLogitsProcessor):
                 read[0] = len(output_ids)
                 if new:
                     guard.feed(decode(new))
-                if guard.looping:
-                    logits[list(closing)] += CLOSE_BIAS
+                for token, change in guard.changes(lambda: decode([int(logits.argmax())]), self._closers,
+                                                   self._enders):
+                    logits[token] += change
             return logits
 
         return apply

@@ -1,0 +1,106 @@
+"""The JSON structure of an answer's calls, read character by character as they are generated.
+
+The engines' logit rules inside a call (toolbridge.loops) need to know where generation is: in a
+string, at the arguments object's level after a value, which tool is called, which of its
+arguments are written. Every dialect whose call is a JSON object holding the name and the
+arguments (tags, json, toolcall, and the bare JSON call) is read alike; text outside a JSON
+object, and other dialects' calls, only leave the reader where it was.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .dialects import ARGS_KEYS, NAME_KEYS
+
+KEY, COLON, VALUE, AFTER = "key", "colon", "value", "after"  # what an object expects next
+
+
+@dataclass
+class Level:
+    object: bool
+    expect: str = KEY
+    key: str | None = None
+
+
+@dataclass
+class CallReader:
+    stack: list[Level] = field(default_factory=list)
+    in_string: bool = False
+    escape: bool = False
+    value: str = ""  # the current string's text so far
+    name: str | None = None  # the tool the current call names
+    args_depth: int = 0  # the arguments object's depth in the stack (0: not open)
+    keys: set[str] = field(default_factory=set)  # the arguments written so far (their keys)
+
+    def copy(self) -> "CallReader":
+        return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
+                          self.value, self.name, self.args_depth, set(self.keys))
+
+    @property
+    def in_arguments(self) -> bool:
+        """Whether generation is at the arguments object's own level (not in a nested value)."""
+        return bool(self.args_depth) and len(self.stack) == self.args_depth
+
+    @property
+    def key(self) -> str | None:
+        """At the arguments' level: the key of the value being written."""
+        return self.stack[-1].key if self.in_arguments else None
+
+    def feed(self, text: str) -> None:
+        for c in text:
+            self.step(c)
+
+    def step(self, c: str) -> None:
+        if self.in_string:
+            self._in_string(c)
+            return
+        top = self.stack[-1] if self.stack else None
+        if top is None:
+            if c == "{":
+                self.stack.append(Level(True))
+                self.name, self.args_depth, self.keys = None, 0, set()
+        elif c == '"':
+            self.in_string, self.value = True, ""
+        elif c in "{[":
+            parent_key = top.key if top.object else None
+            top.expect = AFTER if top.object else top.expect
+            self.stack.append(Level(c == "{"))
+            if c == "{" and len(self.stack) == 2 and parent_key in ARGS_KEYS:
+                self.args_depth = 2
+        elif c in "}]":
+            if len(self.stack) == self.args_depth:
+                self.args_depth = -1  # closed: the call is written
+            self.stack.pop()
+        elif c == ":" and top.object:
+            top.expect = VALUE
+        elif c == ",":
+            if top.object:
+                top.expect = KEY
+        elif not c.isspace() and top.object and top.expect == VALUE:
+            top.expect = AFTER  # a number or literal
+
+    def _in_string(self, c: str) -> None:
+        if self.escape:
+            self.escape = False
+            self.value += c
+        elif c == "\\":
+            self.escape = True
+            self.value += c
+        elif c == '"':
+            self.in_string = False
+            self._string_ended()
+        else:
+            self.value += c
+
+    def _string_ended(self) -> None:
+        top = self.stack[-1]
+        if not top.object:
+            return
+        if top.expect == KEY:
+            top.key, top.expect = self.value, COLON
+            if self.in_arguments:
+                self.keys.add(self.value)
+        elif top.expect == VALUE:
+            top.expect = AFTER
+            if len(self.stack) == 1 and top.key in NAME_KEYS:
+                self.name = self.value
