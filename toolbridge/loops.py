@@ -103,7 +103,7 @@ class LoopGuard:
         self.reader.feed(text)
 
     def _arm(self, text: str) -> str:
-        """The part of `text` after the first call start (all of it is then read), or ''."""
+        """The part of `text` from the first call start on (all of it is then read), or ''."""
         seen = self.before + text
         found = [(at, s) for s in self.starts if (at := seen.find(s)) >= 0]
         if not found:
