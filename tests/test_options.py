@@ -189,8 +189,7 @@ def test_nested_values_unknown_tools_and_no_bias_are_left_alone():
     assert not _guard('{"name": "other", "arguments": {"x": 1').deciding
     assert not _guard('{"name": "search_web", "arguments": {"query": "x"', bias=0).deciding
     assert not _guard('{"name": "search_web", "arguments": {"query": "x"', starts=["<tool_call>"]).deciding  # no start
-    assert LoopGuard.from_args(LoopGuard([], REQUIRED, 2).to_args()).required == {
-        n: frozenset(k) for n, k in REQUIRED.items()}
+    assert LoopGuard.from_args(LoopGuard([], REQUIRED, 2).to_args()).required == REQUIRED
 
 
 def test_the_second_call_of_an_answer_is_read_afresh():
@@ -205,7 +204,7 @@ def test_the_request_carries_each_tools_required_arguments_and_the_measured_bias
              {"type": "function", "function": {"name": "g"}}]
     msgs = [{"role": "user", "content": "x"}]
     g = prepare(tools=tools, messages=msgs, tool_trained=True, env={}).loop_guard()
-    assert g.required == {"f": frozenset({"a"}), "g": frozenset()} and g.close_bias == DEFAULTS[True].close_bias
+    assert g.required == {"f": ["a"], "g": []} and g.close_bias == DEFAULTS[True].close_bias
     assert prepare(tools=tools, messages=msgs, env={}).loop_guard().close_bias == DEFAULTS[False].close_bias
 
 

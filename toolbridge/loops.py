@@ -68,8 +68,10 @@ def loops(value: str) -> bool:
 
 
 class LoopGuard:
-    """Feed the answer's text as it is generated; `looping` says when to close the string, and
-    `closes(text)` whether a token should give way to closing the arguments (`optional`)."""
+    """Feed the answer's text as it is generated; `changes` says what the next token's logits
+    need: the string's closing quotes when it loops, the arguments' end when the model would go on
+    past the required ones. `required`: each tool's required arguments (kept with the tool set,
+    so taken as given)."""
 
     def __init__(self, starts: Sequence[str] = (), required: Mapping[str, Sequence[str]] | None = None,
                  close_bias: float = 0.0):
@@ -77,13 +79,13 @@ class LoopGuard:
         self.armed = not self.starts  # no starts: the whole answer is a call
         self.before = ""  # unarmed: the end of the text, where a start may be forming
         self.reader = CallReader()
-        self.required = {name: frozenset(keys) for name, keys in (required or {}).items()}
+        self.required = required or {}
         self.close_bias = float(close_bias)
 
     def to_args(self) -> dict:
         args: dict[str, Any] = {ARG_GUARD: list(self.starts)}
         if self.close_bias:
-            args[ARG_CLOSE] = [self.close_bias, {n: sorted(k) for n, k in self.required.items()}]
+            args[ARG_CLOSE] = [self.close_bias, self.required]
         return args
 
     @classmethod
@@ -131,7 +133,7 @@ class LoopGuard:
             return False
         top = r.stack[-1]
         at_value_end = top.expect == AFTER or (r.in_string and top.expect == VALUE)
-        return at_value_end and self.required[r.name] <= r.keys | {top.key}
+        return at_value_end and all(k in r.keys or k == top.key for k in self.required[r.name])
 
     def changes(self, top: Callable[[], str], quote: Sequence[int],
                 ending: Sequence[tuple[int, str]]) -> list[tuple[int, float]]:
@@ -140,7 +142,7 @@ class LoopGuard:
         highest-ranked token) would go on to an argument nobody asked for."""
         if self.looping:
             return [(t, CLOSE_BIAS) for t in quote]
-        if self.deciding and self.closes(top()):
+        if self.deciding and self._next(top()) == "more":
             return [(t, self.close_bias) for t, text in ending if self.ends(text)]
         return []
 

@@ -234,4 +234,4 @@ def _stop_list(stop: Any) -> list[str]:
 
 def _required(tool: Tool) -> list[str]:
     """The arguments a tool's schema requires (the schema is checked: a list of names)."""
-    return list(tool.parameters.get("required") or ())
+    return list(tool.parameters.get("required") or [])
