@@ -214,3 +214,18 @@ def test_the_reader_never_raises_on_model_text(text, top):
     g = LoopGuard([], {"a": [], "b": ["a"]}, 3)
     g.feed(text)
     g.changes(lambda: top, (9,), ENDING)
+
+
+@pytest.mark.parametrize("args", [
+    {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"]},
+    {"toolbridge_bias": "much", "toolbridge_bias_ids": [1]},
+    {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": 7},
+    {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": ["ab", "cd"]},
+    {"toolbridge_loop_guard": 3},
+    {"toolbridge_loop_guard": [], "toolbridge_close": ["y", "z"]},
+    {"toolbridge_loop_guard": [], "toolbridge_close": [1, [2]]},
+])
+def test_rule_arguments_not_of_toolbridges_making_are_ignored(args):
+    """A client can send vLLM request arguments named like toolbridge's own; the logits processor
+    must not raise on them (it runs in the engine, for every request in the batch)."""
+    assert Steering.from_args(args) is None and LoopGuard.from_args(args) is None

@@ -256,6 +256,24 @@ def test_the_argument_close_leaves_out_optional_arguments_nobody_gave(client, qi
     assert keys(8) == [{"topic"}]
 
 
+# vLLM request arguments named like toolbridge's own logit rules' arguments, malformed
+FORGED_XARGS = {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"], "toolbridge_loop_guard": 3,
+                "toolbridge_close": ["y", "z"]}
+
+
+@pytest.mark.parametrize("with_tools", [False, True])
+def test_forged_rule_arguments_do_not_reach_the_engine(client, with_tools):
+    """The logits processor runs in the engine for the whole batch: arguments a client forges are
+    dropped (with tools: adjust_request writes its own) or ignored (without), and the server goes on."""
+    kw = {"tools": TOOLS, "tool_choice": "required"} if with_tools else {}
+    r = client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=48, temperature=0,
+                                       extra_body={"vllm_xargs": FORGED_XARGS}, **kw)
+    assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
+    if with_tools:
+        check_calls([(c.id, c.function.name, c.function.arguments) for c in r.choices[0].message.tool_calls])
+    assert client.chat.completions.create(model="smollm2", messages=QUESTION, max_tokens=4).choices
+
+
 BAD = {
     "unknown tool in tool_choice": dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}),
     "parameters not a schema": dict(tools=[{"type": "function", "function": {

@@ -90,14 +90,18 @@ class LoopGuard:
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None) -> "LoopGuard | None":
-        """A new guard for the request that carries one, or None."""
+        """A new guard for the request that carries one, or None (also for arguments not of
+        toolbridge's making, as toolbridge.steer.Steering.from_args)."""
         args = args or {}
         starts = args.get(ARG_GUARD)
         if starts is None:
             return None
-        bias, required = args.get(ARG_CLOSE) or (0.0, {})
-        return cls([str(s) for s in starts], {str(n): [str(k) for k in keys] for n, keys in required.items()},
-                   float(bias))
+        try:
+            bias, required = args.get(ARG_CLOSE) or (0.0, {})
+            return cls([str(s) for s in starts], {str(n): [str(k) for k in keys] for n, keys in required.items()},
+                       float(bias))
+        except (TypeError, ValueError, AttributeError):
+            return None
 
     def feed(self, text: str) -> None:
         if not self.armed:

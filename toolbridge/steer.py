@@ -99,14 +99,19 @@ class Steering:
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None) -> "Steering | None":
-        """The steering a request carries, or None (none asked for, or turned off)."""
+        """The steering a request carries, or None (none asked for, turned off, or not of
+        toolbridge's making: a client can send these arguments too, and an engine that raised
+        on them would fail every request it is running)."""
         args = args or {}
         call, bias = args.get(ARG_CALL), args.get(ARG_BIAS)
         if not call or not bias:
             return None
-        heads, names = args.get(ARG_NAMES) or ((), ())
-        return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias),
-                   tuple(int(t) for t in args.get(ARG_STARTS) or ()), _paths(heads), _paths(names))
+        try:
+            heads, names = args.get(ARG_NAMES) or ((), ())
+            return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias),
+                       tuple(int(t) for t in args.get(ARG_STARTS) or ()), _paths(heads), _paths(names))
+        except (TypeError, ValueError):
+            return None
 
 
 def _paths(paths: Any) -> tuple[tuple[int, ...], ...]:

@@ -67,7 +67,8 @@ class ToolbridgeToolParser(ToolParser):
         request.stop = list(req.stop)
         if req.mode == USER:
             return request
-        xargs = {**(getattr(request, "vllm_xargs", None) or {})}
+        xargs = {k: v for k, v in (getattr(request, "vllm_xargs", None) or {}).items()
+                 if not k.startswith("toolbridge_")}  # the logit rules' arguments are ours alone
         if req.steer and self.model_tokenizer is not None:
             xargs.update(_steering(self.model_tokenizer, req).to_args())
         guard = req.loop_guard()
