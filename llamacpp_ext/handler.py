@@ -151,9 +151,9 @@ def _steering(llama: llama_cpp.Llama, req: ToolRequest) -> Steering:
     """The request's steering in this model's ids (kept with the tool set)."""
     def build() -> Steering:
         encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
-        return Steering.for_dialect(req.dialect, req.options.call_bias, encode, [t.name for t in req.tools])
+        return Steering.for_dialect(req.dialect, req.steer_bias, encode, [t.name for t in req.tools])
 
-    return req.toolset.memo(("steering", model_key(llama), req.dialect.name, req.options.call_bias), build)
+    return req.toolset.memo(("steering", model_key(llama), req.dialect.name, req.steer_bias), build)
 
 
 _CLOSERS: dict[int, tuple[tuple[int, ...], tuple[tuple[int, str], ...]]] = {}

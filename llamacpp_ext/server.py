@@ -15,7 +15,8 @@
   request fields the stock request model drops (`parallel_tool_calls`, `stream_options`)
   and rewrites what that model rejects although OpenAI clients send it (assistant
   `content: null`, list content outside user turns, role `developer`, tools without
-  `parameters`, `response_format` json_schema, `max_completion_tokens`).
+  `parameters`, `response_format` json_schema, `max_completion_tokens`);
+- `/v1/responses` and `/v1/messages` are served by translation into the chat route (routes.py).
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from toolbridge.tools import EMPTY_PARAMETERS
 from . import HANDLER_NAME, register
 from .handler import ERROR_PREFIX, REQUEST_KEYS, REQUEST_OPTIONS
 from .prompt import check_options
+from .routes import AgentRoutes
 
 
 class ToolbridgeMiddleware(RequestGuard):
@@ -175,6 +177,7 @@ def install() -> None:
         apply_defaults(server_settings, model_settings)
         app = original(settings=settings, server_settings=server_settings, model_settings=model_settings)
         app.add_middleware(ToolbridgeMiddleware)
+        app.add_middleware(AgentRoutes)  # outermost: its chat requests pass the guard too
         return app
 
     server_main.create_app = create_app

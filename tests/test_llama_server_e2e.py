@@ -17,6 +17,10 @@ What llama-server decides itself is tested as it is and documented in the README
 `tool_choice` falls back to `auto`, an unknown tool there is not an error, its `required`
 grammar lets text come before the call, and `parallel_tool_calls: false` does not stop a
 second call under `auto`.
+
+llama-server's own /v1/responses and /v1/messages (converters in front of the same chat path) are
+tested at the end with the official openai and anthropic clients: what they do with this template,
+cell by cell, is in docs/llama-server-agent-apis.md.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ import httpx
 import pytest
 
 from servers import ROOT, Server, free_port, llama_server_binary
-from test_llamacpp_e2e import ask, valid
+from test_llamacpp_e2e import ask
 # the same text-answer checks as for python -m llamacpp_ext, collected here, so they run against
 # this module's `client` and `lt_bias` (stock llama-server)
 from test_llamacpp_e2e import test_auto_answers_in_text, test_none  # noqa: F401
@@ -40,6 +44,19 @@ from toolsets import READ, SEARCH, WEATHER
 pytestmark = pytest.mark.llamaserver
 
 TOOLS = [WEATHER, SEARCH, READ]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def valid(name: str, arguments: str | dict, schemas: dict = SCHEMAS) -> dict:
+    """The arguments of a call to a declared tool, checked against its schema (jsonschema)."""
+    import jsonschema
+
+    assert name in schemas, name
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    jsonschema.validate(args, schemas[name])
+    return args
+
+
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
 FAMILIES = sorted(p.stem for p in (ROOT / "templates").glob("*.jinja"))
 # Conversations rendered both ways: tools with enums, $refs and template syntax in their text,
@@ -202,6 +219,266 @@ def test_named_choice_falls_back_to_auto(client, lt_bias):
     for name in ("search", "no_such_tool"):
         named = ask(client, False, tool_choice={"type": "function", "function": {"name": name}}, **kw)
         assert [c[1:] for c in named[1]] == [c[1:] for c in auto[1]]
+
+
+# -- the agent APIs: stock llama-server's own /v1/responses and /v1/messages ---------------------------
+# llama-server converts both into a Chat Completions body and runs its chat path (server-chat.cpp), so
+# the packaged template, the autoparser and the grammars are the same as above. Measured cell by cell
+# in docs/llama-server-agent-apis.md; what is tested here is what holds at temperature 0.
+# Calls need the push on "<" as above: Responses passes `logit_bias` (and `stop`) through to the chat
+# body, Messages passes neither logit_bias nor tool_choice "none" (only temperature, top_p, top_k, stream,
+# chat_template_kwargs, stop_sequences), so its calling tests use a second server with llama-server's
+# own `--logit-bias` flag. The bias applies at every step, so the model starts a second call after its
+# first and is cut off by max_tokens (returned half-written); a stop sequence at the start of a second
+# call ends the answer after one whole call.
+
+AGENT_TOOLS = [WEATHER, SEARCH]
+AGENT_SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in AGENT_TOOLS}
+RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in AGENT_TOOLS]
+MESSAGES_TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in AGENT_TOOLS]
+ASK = PARIS[0]["content"]
+ONE_CALL = ["\n<tool_call>"]  # the start of a second call
+MARKUP = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<|im_start|>", "<|im_end|>")
+# llama-server sometimes drops a kept-alive connection right after a stream: each request on its own
+CLOSE = {"Connection": "close"}
+
+
+def no_markup(text: str | None) -> None:
+    assert not any(m in (text or "") for m in MARKUP), repr(text)
+
+
+def schema_valid(name: str, arguments: str | dict) -> dict:
+    return valid(name, arguments, AGENT_SCHEMAS)  # only the two tools these requests declare
+
+
+@pytest.fixture(scope="module")
+def oai(server):
+    import openai
+
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300, default_headers=CLOSE)
+
+
+def anthropic_client(server):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=f"http://127.0.0.1:{server.port}", api_key="unused", max_retries=0,
+                               timeout=300, default_headers=CLOSE)
+
+
+@pytest.fixture(scope="module")
+def ant(server):
+    return anthropic_client(server)
+
+
+@pytest.fixture(scope="module")
+def ant_pushed(lt_bias):
+    """Messages on a llama-server started with `--logit-bias` on '<' (Messages drops a request's logit_bias)."""
+    ((token, bias),) = lt_bias.items()
+    s = start(str(ROOT / "templates" / "chatml.jinja"), extra=["--logit-bias", f"{token}+{bias}"])
+    yield anthropic_client(s)
+    s.stop()
+
+
+def respond(oai, stream: bool, **kw):
+    """One Responses request (official client); the final response. Streamed: raw events from
+    responses.create(stream=True), whose function-call argument deltas must add up to each call's
+    final arguments (the SDK's responses.stream helper fails here: see test_responses_stream_helper...)."""
+    kw = {"model": "smol", "temperature": 0, "max_output_tokens": 64, **kw}
+    if not stream:
+        return oai.responses.create(**kw)
+    events = list(oai.responses.create(stream=True, **kw))
+    (done,) = [e for e in events if e.type == "response.completed"]
+    deltas: dict = {}
+    for e in events:
+        if e.type == "response.function_call_arguments.delta":
+            deltas[e.item_id] = deltas.get(e.item_id, "") + e.delta
+    for item in done.response.output:
+        if item.type == "function_call":
+            assert deltas.get(item.id, "") == item.arguments
+    return done.response
+
+
+def items(response, kind: str) -> list:
+    return [i for i in response.output if i.type == kind]
+
+
+def output_text(response) -> str:
+    return "".join(c.text for m in items(response, "message") for c in m.content if c.type == "output_text")
+
+
+def message(ant, stream: bool, **kw):
+    """One Messages request (official client): the final message."""
+    kw = {"model": "smol", "max_tokens": 64, **kw, "extra_body": {"temperature": 0, **kw.get("extra_body", {})}}
+    if not stream:
+        return ant.messages.create(**kw)
+    with ant.messages.stream(**kw) as s:
+        for _ in s:
+            pass
+        return s.get_final_message()
+
+
+def the_call(response) -> tuple[str, dict]:
+    """The answer is one schema-valid function_call item and nothing else."""
+    assert response.status == "completed"
+    assert [i.type for i in response.output] == ["function_call"], response.output
+    (call,) = items(response, "function_call")
+    assert call.call_id and call.id and call.status == "completed"
+    return call.name, schema_valid(call.name, call.arguments)
+
+
+def the_tool_use(msg) -> tuple[str, dict]:
+    """The answer is one schema-valid tool_use block, with stop_reason tool_use."""
+    assert msg.stop_reason == "tool_use", msg
+    assert [b.type for b in msg.content] == ["tool_use"], msg.content
+    (block,) = msg.content
+    assert block.id
+    return block.name, schema_valid(block.name, block.input)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("tool_choice", ["auto", "required"])
+def test_responses_call(oai, lt_bias, tool_choice, stream):
+    r = respond(oai, stream, input=ASK, tools=RESPONSES_TOOLS, tool_choice=tool_choice,
+                extra_body={"logit_bias": lt_bias, "stop": ONE_CALL})
+    name, args = the_call(r)
+    assert name == "get_weather" and args["city"] == "Paris"
+
+
+def test_responses_named_choice_is_not_honoured(oai, lt_bias):
+    """llama-server reads tool_choice only as a string: an object (a named tool) is taken as
+    `auto`, so the pushed model calls get_weather though search was named."""
+    r = respond(oai, False, input=ASK, tools=RESPONSES_TOOLS, tool_choice={"type": "function", "name": "search"},
+                extra_body={"logit_bias": lt_bias, "stop": ONE_CALL})
+    assert the_call(r)[0] == "get_weather"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_none_answers_in_text(oai, stream):
+    r = respond(oai, stream, input=ASK, tools=RESPONSES_TOOLS, tool_choice="none")
+    assert not items(r, "function_call")
+    assert output_text(r).strip()
+    no_markup(output_text(r))
+
+
+RESULT_INPUT = [{"role": "user", "content": ASK},
+                {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+                {"type": "function_call_output", "call_id": "call_1", "output": "Sunny, 31 C"}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_tool_result_turn(oai, stream):
+    r = respond(oai, stream, input=RESULT_INPUT, tools=RESPONSES_TOOLS)
+    assert r.status == "completed" and not items(r, "function_call")
+    assert "31" in output_text(r)
+    no_markup(output_text(r))
+
+
+def test_responses_cut_off_reads_completed(oai):
+    """Known: an answer cut off by max_output_tokens is still `completed` (no `incomplete`)."""
+    r = respond(oai, False, input="Tell me a long story.", max_output_tokens=4)
+    assert r.usage.output_tokens == 4 and output_text(r)
+    assert r.status == "completed" and r.incomplete_details is None
+
+
+def test_responses_stream_helper_cannot_follow_the_events(oai):
+    """Known: llama-server's Responses events carry no output_index / sequence_number, which the
+    openai SDK's responses.stream helper needs to assemble the response."""
+    events = list(oai.responses.create(model="smol", input=ASK, max_output_tokens=4, temperature=0, stream=True))
+    added = [e for e in events if e.type == "response.output_item.added"]
+    assert added and all(getattr(e, "output_index", None) is None for e in added)
+    with pytest.raises((TypeError, RuntimeError)):
+        with oai.responses.stream(model="smol", input=ASK, max_output_tokens=4, temperature=0) as s:
+            for _ in s:
+                pass
+
+
+BAD_SCHEMA = {"type": "function", "name": "x", "parameters": {"type": "nope"}}
+
+
+@pytest.mark.parametrize("body", [{}, {"input": 5}, {"input": [{"foo": 1}]},
+                                  {"input": ASK, "tools": RESPONSES_TOOLS, "tool_choice": "bogus"},
+                                  {"input": ASK, "tools": [BAD_SCHEMA]}],
+                         ids=["no-input", "input-not-a-list", "unknown-item", "bad-tool-choice", "bad-schema"])
+def test_responses_bad_body_is_a_400(oai, body):
+    import openai
+
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.responses.create(model="smol", max_output_tokens=4, extra_body=body)
+    err = e.value.response.json()["error"]
+    assert e.value.status_code == 400 and err["type"] == "invalid_request_error" and err["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("tool_choice", ["auto", "any"])
+def test_messages_tool_use(ant_pushed, tool_choice, stream):
+    msg = message(ant_pushed, stream, messages=PARIS, tools=MESSAGES_TOOLS, tool_choice={"type": tool_choice},
+                  stop_sequences=ONE_CALL)
+    name, args = the_tool_use(msg)
+    assert name == "get_weather" and args["city"] == "Paris"
+
+
+def test_messages_stream_equals_create(ant_pushed):
+    kw = dict(messages=PARIS, tools=MESSAGES_TOOLS, tool_choice={"type": "any"}, stop_sequences=ONE_CALL)
+    whole, streamed = message(ant_pushed, False, **kw), message(ant_pushed, True, **kw)
+    assert the_tool_use(whole) == the_tool_use(streamed)
+
+
+def test_messages_named_and_none_choices_are_mapped_away(ant_pushed):
+    """Known: llama-server turns {"type": "tool"} into `required` (any tool: the pushed model calls
+    get_weather though search was named) and drops {"type": "none"} (so it acts as `auto`)."""
+    for choice in ({"type": "tool", "name": "search"}, {"type": "none"}):
+        msg = message(ant_pushed, False, messages=PARIS, tools=MESSAGES_TOOLS, tool_choice=choice,
+                      stop_sequences=ONE_CALL)
+        assert the_tool_use(msg)[0] == "get_weather"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_auto_answers_in_text(ant, stream):
+    # not pushed, SmolLM2 never writes the marker: prose, and none of the template's markup
+    msg = message(ant, stream, messages=PARIS, tools=MESSAGES_TOOLS, tool_choice={"type": "auto"})
+    assert [b.type for b in msg.content] == ["text"] and msg.content[0].text.strip()
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+    no_markup(msg.content[0].text)
+
+
+RESULT_MESSAGES = [{"role": "user", "content": ASK},
+                   {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                                      "input": {"city": "Paris"}}]},
+                   {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                 "content": "Sunny, 31 C"}]}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_messages_tool_result_turn(ant, stream):
+    msg = message(ant, stream, messages=RESULT_MESSAGES, tools=MESSAGES_TOOLS)
+    assert msg.stop_reason == "end_turn" and [b.type for b in msg.content] == ["text"]
+    assert "31" in msg.content[0].text
+    no_markup(msg.content[0].text)
+
+
+@pytest.mark.parametrize("body", [{"max_tokens": "many"},
+                                  {"tools": [{"name": "x", "input_schema": {"type": "nope"}}]}],
+                         ids=["bad-max-tokens", "bad-schema"])
+def test_messages_bad_field_is_a_400_in_openai_shape(ant, body):
+    """Known: the chat path's 400 comes in OpenAI's error shape ({"error": {...}}), not Anthropic's
+    ({"type": "error", "error": {...}})."""
+    import anthropic
+
+    with pytest.raises(anthropic.BadRequestError) as e:
+        ant.messages.create(model="smol", max_tokens=4, messages=PARIS, extra_body=body)
+    got = e.value.response.json()
+    assert e.value.status_code == 400 and got["error"]["type"] == "invalid_request_error" and got["error"]["message"]
+    assert "type" not in got
+
+
+def test_messages_missing_messages_is_a_500(ant):
+    """Known: errors raised while converting a Messages body (here: no `messages`) are 500 server_error."""
+    import anthropic
+
+    with pytest.raises(anthropic.InternalServerError) as e:
+        ant.messages.create(model="smol", max_tokens=4, messages=anthropic.omit)
+    assert e.value.status_code == 500 and "messages" in e.value.response.json()["error"]["message"]
 
 
 # -- every packaged family is read as the tags format --------------------------------------------

@@ -412,3 +412,38 @@ def test_clients_that_hang_up(server):
 
 def test_fuzzed_requests(server):
     hostile.run_fuzz(server.base_url, "smol", examples=150)
+
+
+# -- agent APIs: /v1/responses and /v1/messages, by translation (tests/agent_apis.py) -------------
+
+from agent_apis import *  # noqa: E402,F401,F403  (the shared agent-API tests run against this server)
+from agent_apis import ASK as API_ASK, RESPONSES_TOOLS, responses_kind  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def api_model():
+    return "smol"
+
+
+@pytest.fixture(scope="module")
+def api_foreign_bad():
+    return set()
+
+
+def test_responses_store(oai):
+    """A stored response is continued by previous_response_id; an unknown id, or one that asked
+    not to be stored, is a 400."""
+    import openai
+
+    first = oai.responses.create(model="smol", input=API_ASK, tools=RESPONSES_TOOLS, tool_choice="required",
+                                 temperature=0, max_output_tokens=64)
+    call = next(i for i in first.output if i.type == "function_call")
+    second = oai.responses.create(model="smol", previous_response_id=first.id, tools=RESPONSES_TOOLS,
+                                  temperature=0, max_output_tokens=64,
+                                  input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny."}])
+    assert responses_kind(second) == ("message",) and second.previous_response_id == first.id
+    unstored = oai.responses.create(model="smol", input="Hi", store=False, max_output_tokens=4)
+    for rid in ("resp_unknown", unstored.id):
+        with pytest.raises(openai.BadRequestError) as e:
+            oai.responses.create(model="smol", previous_response_id=rid, input="Hi", max_output_tokens=4)
+        assert e.value.body["param"] == "previous_response_id"

@@ -228,3 +228,97 @@ def test_lenient_reader_repairs_as_json_repair_does(text):
     from toolbridge.data import loads
 
     assert loads(text)[0] == json_repair.loads(text)
+
+
+# -- history markup: the model writes a tool result or a new turn itself ------------------------------
+
+from toolbridge.markers import TURN_MARKERS, history, markers  # noqa: E402
+
+CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+HISTORY = sorted({(d.name, text) for d in DIALECTS.values() for text in history(d)})
+PROSE = {"Result of ", "Observation"}  # plain words: history markup only once a call has started
+
+
+def test_history_markup_comes_from_the_dialects():
+    assert {text for _, text in HISTORY} == {"<tool_response>", "</tool_response>", "Result of ", "TOOL_RESULT",
+                                            "```tool_result", "Observation"}
+    assert set(markers(None).end_texts) == set(TURN_MARKERS) | {text for _, text in HISTORY} - PROSE
+
+
+@pytest.mark.parametrize("dialect, marker", HISTORY)
+def test_result_markup_ends_the_answer_after_a_call(dialect, marker):
+    text = CALL + "\n" + marker + ' (get_weather): {"temp": 20}\n' + CALL.replace("Paris", "Rome") + "\nIt is 20."
+    assert calls(text) == (None, PARIS)
+
+
+@pytest.mark.parametrize("dialect, marker", HISTORY)
+def test_result_markup_before_a_call(dialect, marker):
+    text = "It is sunny.\n" + marker + ' (get_weather): "sunny"\n' + CALL
+    if marker in PROSE:  # an answer may say these words
+        assert calls(text) == (text.split("\n<tool_call>")[0], PARIS)
+    else:
+        assert calls(text) == ("It is sunny.", [])
+        assert calls("It is sunny. " + marker + " x") == ("It is sunny.", [])
+
+
+@pytest.mark.parametrize("marker", TURN_MARKERS)
+def test_turn_markers_end_the_answer(marker):
+    assert calls("Sunny." + marker + "user\nhi " + CALL) == ("Sunny.", [])
+    assert calls("Sunny.\n" + marker) == ("Sunny.", [])
+    assert calls(CALL + marker + "\n" + CALL) == (None, PARIS)
+    assert calls(CALL + "\nDone. " + marker + " more") == ("Done.", PARIS)
+    assert calls(marker + CALL) == (None, [])
+
+
+def test_turn_markers_are_what_the_prompt_guards():
+    """The prompt renderer breaks each turn marker in user and tool content (render.GUARDED)."""
+    from toolbridge.render import GUARDED
+
+    for marker in TURN_MARKERS:
+        assert any(g in marker for g in GUARDED), marker
+
+
+def test_history_markup_seen_by_the_reported_servers():
+    assert calls("It is sunny.\n</tool_response>") == ("It is sunny.", [])
+    assert calls("Sunny.<|im_start|>user\nhi") == ("Sunny.", [])
+    assert calls("Sunny. <tool_response> x") == ("Sunny.", [])
+    assert calls(CALL + "\n<tool_response>\n</tool_response>") == (None, PARIS)
+
+
+@pytest.mark.parametrize("text", [
+    "a <| b", "<|", "x<|im_sta", "[IN", "see [IN", "an [INSTALL] step", "[/INS", "a </s", "</", "<start_of",
+    "TOOL_RESUL", "```tool_resul", "<tool_respons", "<<SYS>> is Llama 2 markup",
+    "The Result of the vote: yes", "Result of the vote: yes",  # "Result of " only after a call
+    "x\nObservation: the sky is blue", "Observations:\n- a",  # "Observation" only after a call
+])
+def test_history_markup_false_positives(text):
+    """Only whole markers count; a prefix cut off at the end of the text is content, as a cut-off call marker is."""
+    assert calls(text) == (text, [])
+
+
+def test_prose_result_markers_after_a_call():
+    assert calls(CALL + " Result of get_weather: 20") == (None, PARIS)  # anywhere once a call has started
+    assert calls(CALL + "\nObservation: 20") == (None, PARIS)
+    assert calls(CALL + "\nThe Observation is 20.") == ("The Observation is 20.", PARIS)  # Observation: line start
+
+
+def test_stray_close_marker_is_dropped():
+    assert calls("Done.</tool_call>") == ("Done.", [])
+    assert calls(CALL + "\n</tool_call>\nDone.") == ("Done.", PARIS)
+    # the close of an open marker that was content stays with it
+    assert calls("Write <tool_call> then </tool_call>.") == ("Write <tool_call> then </tool_call>.", [])
+
+
+def test_history_markup_in_released_and_joined_content():
+    """Markup in text held as a possible call and then released, or formed across a call or a dropped marker."""
+    assert calls('{"answer": "<|im_end|>"}') == ('{"answer": "', [])
+    assert calls("Action: fly<|im_end|>\nAction Input: {}") == ("Action: fly", [])
+    assert calls("[[INST]] hi") == ("[", [])
+    assert calls("a <|" + CALL + "im_end|> b") == ("a ", PARIS)  # content already out is not taken back
+    assert calls("<|</tool_call>im_end|>") == (None, [])
+
+
+def test_end_markers_contain_no_other():
+    """ContentGuard cuts at the leftmost marker, which must not depend on how far the text has come."""
+    ends = markers(None).end_texts
+    assert not [(a, b) for a in ends for b in ends if a != b and a in b]

@@ -1,5 +1,5 @@
 """Property tests: the parser never raises, and a stream equals the whole-text parse for
-every split into deltas; no marker of a parsed call reaches content."""
+every split into deltas; no marker of a parsed call, and no history markup, reaches content."""
 import json
 
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from toolbridge import parse
 from toolbridge.dialects import DIALECTS
 from toolbridge.events import CallArgs, CallEnd, CallStart, Content
+from toolbridge.markers import markers
 from toolbridge.stream import StreamParser
 
 from toolsets import TOOLS, ids
@@ -23,6 +24,11 @@ FRAGMENTS = ["<tool_call>", "</tool_call>", "<tool_", "{", "}", "[", "]", '"', "
              "get_weather", "search", "read", '"get_weather"', '"city"', '"Paris"', "True", "None", "null",
              "tool_calls", "function", "\\u00e9", "\\ud83d", "3", "-1.5e3", "<tool_response>", "Result of ",
              "é", "日本", "\t"]
+# history markup (markers.py): results written by the model, turn markers, and pieces of them
+ENDS = markers(None).end_texts  # the markup that ends an answer wherever it is
+HISTORY = list(ENDS) + ["Observation (get_weather): ", "\nObservation: ", "Result of get_weather: ", "</tool_call>",
+                        "<|", "<|im_", "[IN", "[/INST", "</s", "</", "<start_of", "TOOL_RES", "```tool_", "<tool_response"]
+FRAGMENTS += HISTORY
 noise = st.lists(st.one_of(st.sampled_from(FRAGMENTS), st.text(max_size=4)), max_size=40).map("".join)
 prose = st.text(alphabet=st.characters(blacklist_characters="{}[]<>`'\":\\", blacklist_categories=("Cs",)),
                 max_size=30).filter(lambda s: not any(m in s for m in MARKER_WORDS))
@@ -162,4 +168,74 @@ def test_every_split_of_a_sample():
         for b in range(a, len(text) + 1, 7):
             events = run_stream(text, [a, b])
             check_contract(events)
+            assert fold(events) == ref, (a, b)
+
+
+def no_history(events):
+    content = "".join(e.text for e in events if type(e) is Content)
+    for marker in ENDS:
+        assert marker not in content, marker
+
+
+history_noise = st.lists(st.one_of(st.sampled_from(HISTORY), st.sampled_from(FRAGMENTS), st.text(max_size=4)),
+                         max_size=40).map("".join)
+
+
+@SETTINGS
+@given(text=history_noise, cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_history_markup_never_reaches_content(text, cuts):
+    events = run_stream(text, cuts)
+    check_contract(events)
+    no_history(events)
+    assert fold(events) == whole(text)
+
+
+@SETTINGS
+@given(pre=prose, dialect=st.sampled_from(sorted(DIALECTS)), calls=st.lists(one_call, min_size=1, max_size=2),
+       marker=st.sampled_from(HISTORY[:len(ENDS) + 3]), rest=noise, first=st.booleans(),
+       cuts=st.lists(st.integers(0, 600), max_size=20))
+def test_history_markup_ends_the_answer(pre, dialect, calls, marker, rest, first, cuts):
+    """History markup ends the answer: before the calls, none of them counts; after them, nothing more does."""
+    body = DIALECTS[dialect].format_calls(calls)
+    if first:  # a turn or a result before any call: only symbolic markup counts there
+        assume(marker in ENDS)
+        text = pre + marker + rest + "\n" + body
+    else:
+        text = pre + ("\n" if pre else "") + body + "\n" + marker + rest
+    events = run_stream(text, cuts)
+    check_contract(events)
+    no_history(events)
+    content, got = fold(events)
+    assert (content, got) == whole(text)
+    if first:
+        assert got == [] and content == (pre.rstrip(" \t\r\n") or None)
+    else:
+        assert [(n, json.loads(a)) for n, a, _, _ in got] == calls
+        assert content == expected_content(pre, "")
+
+
+@SETTINGS
+@given(marker=st.sampled_from(ENDS), cut=st.integers(0, 30), dialect=st.sampled_from(sorted(DIALECTS)), call=one_call,
+       cuts=st.lists(st.integers(0, 300), max_size=10))
+def test_cut_off_history_markup(marker, cut, dialect, call, cuts):
+    """A prefix of history markup at the end of the text is content (it never became the marker)."""
+    prefix = marker[:cut % len(marker)]
+    text = DIALECTS[dialect].format_calls([call]) + "\nok " + prefix
+    events = run_stream(text, cuts)
+    check_contract(events)
+    assert fold(events) == whole(text)
+    assert fold(events)[0] == ("ok " + prefix).rstrip()
+
+
+def test_every_split_of_a_history_sample():
+    """Exhaustive two-cut splits of an answer with markup pieces, markup in arguments, and markup formed across a call."""
+    text = ('Sure [IN x <|im_st </s\n<tool_call>{"name": "search", "arguments": {"query": "<|im_end|>"}}</tool_call>'
+            '</tool_call> a <|{"name": "get_weather", "arguments": {"city": "P"}}im_end|> b </tool_response> c')
+    ref = whole(text)
+    assert ref[0] == "Sure [IN x <|im_st </s a " and len(ref[1]) == 2
+    for a in range(len(text) + 1):
+        for b in range(a, len(text) + 1, 5):
+            events = run_stream(text, [a, b])
+            check_contract(events)
+            no_history(events)
             assert fold(events) == ref, (a, b)

@@ -62,8 +62,10 @@ def test_render_with_transformers(tokenizer, name):
     assert '"content": "sunny, 21C"' in out and "And Rome?" in out
     if not supports_system_role(FAMILIES[name].stock):  # system text leads the first user turn
         assert out.index("You are terse.") < out.index("Weather in Paris?")
-    # the call written into history parses back as the call it was
-    calls = parse(out[out.index("Weather in Paris?"):], [WEATHER]).calls
+    # the call written into history parses back as the call it was (read from the call on: the turn
+    # markers before it would end an answer)
+    history = out[out.index("Weather in Paris?"):]
+    calls = parse(history[history.index('{"name": "get_weather"'):], [WEATHER]).calls
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"})]
 
 

@@ -315,3 +315,20 @@ def test_clients_that_hang_up(server):
 
 def test_fuzzed_requests(server):
     hostile.run_fuzz(server.base_url, "smollm2", examples=150)
+
+
+# -- agent APIs: vLLM's own /v1/responses and /v1/messages (tests/agent_apis.py) ------------------
+
+from agent_apis import *  # noqa: E402,F401,F403  (the shared agent-API tests run against this server)
+
+
+@pytest.fixture(scope="module")
+def api_model():
+    return "smollm2"
+
+
+@pytest.fixture(scope="module")
+def api_foreign_bad():
+    """Bodies vLLM's own Responses route takes as valid before toolbridge sees them: a bare
+    function_call item (without its tools, no tool plan applies)."""
+    return {("responses", 13)}

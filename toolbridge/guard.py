@@ -1,5 +1,6 @@
-"""A request guard in front of an OpenAI server's chat route: bad requests answer 400 with an
-OpenAI error object before the server's own request model sees them.
+"""A request guard in front of an OpenAI server's chat route (and its agent-API routes, where the
+engine serves them itself: vLLM's /v1/responses and /v1/messages): bad requests answer 400 in the
+API's own error shape before the server's own request model sees them.
 
 Both servers parse the body with their own request models, and both fail some bad bodies
 with a 500 or a non-OpenAI error (llama-cpp-python: every validation error, a body that is not
@@ -13,10 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
+from .apis import anthropic, responses
 from .errors import BadRequest
 from .request import prepare
 
 CHAT_PATH = "/chat/completions"
+RESPONSES_PATH = "/v1/responses"
+MESSAGES_PATH = "/v1/messages"
 
 
 def read_body(body: bytes) -> dict:
@@ -37,6 +41,24 @@ def check_request(data: dict) -> None:
             parallel_tool_calls=data.get("parallel_tool_calls"), stop=data.get("stop"))
 
 
+def check_responses(data: dict) -> None:
+    """A Responses body, read by the core's reader, then checked as its chat request."""
+    check_request(responses.chat_request(data))
+
+
+def check_messages(data: dict) -> None:
+    """A Messages body, read by the core's reader, then checked as its chat request."""
+    check_request(anthropic.chat_request(data))
+
+
+def _openai_error(e: BadRequest) -> dict:
+    return e.body()
+
+
+def _anthropic_error(e: BadRequest) -> dict:
+    return anthropic.error_body(400, e.message)
+
+
 def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
@@ -55,37 +77,68 @@ class RequestGuard:
     def wrap_send(self, data: dict, send: Callable) -> Callable:
         return send
 
+    def route(self, path: str) -> tuple[Callable[[dict], Any], Callable[[BadRequest], dict]] | None:
+        """The check and the error shape for a path, or None for a path the guard lets through."""
+        if path.endswith(CHAT_PATH):
+            return self.check, _openai_error
+        if path.endswith(RESPONSES_PATH):
+            return check_responses, _openai_error
+        if path.endswith(MESSAGES_PATH):
+            return check_messages, _anthropic_error
+        return None
+
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST" or not scope.get("path", "").endswith(CHAT_PATH):
+        route = self.route(scope.get("path", "")) if scope["type"] == "http" and scope.get("method") == "POST" else None
+        if route is None:
             await self.app(scope, receive, send)
             return
-        chunks = []
-        while True:
-            message = await receive()
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = b"".join(chunks)
+        check, error_body = route
+        body = await receive_body(receive)
         try:
             data = read_body(body)
-            changed = self.check(data)
+            changed = check(data) is True
         except BadRequest as e:
-            await send_json(send, 400, e.body())
+            await send_json(send, 400, error_body(e))
             return
         if changed:
             body = json.dumps(data).encode("utf-8")
-            scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers", []) if k != b"content-length"]
-                         + [(b"content-length", str(len(body)).encode())])
-        sent = False
+            scope = with_body(scope, body)
+        await self.app(scope, replay(body, receive), self.wrap_send(data, send))
 
-        async def replay() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
 
-        await self.app(scope, replay, self.wrap_send(data, send))
+async def receive_body(receive: Callable) -> bytes:
+    """The whole request body, read from an ASGI receive."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def replay(body: bytes, receive: Callable) -> Callable:
+    """An ASGI receive that hands the app `body` (already read), then the client's own messages
+    (a disconnect)."""
+    sent = False
+
+    async def receive_again() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return receive_again
+
+
+def with_body(scope: dict, body: bytes, path: str | None = None) -> dict:
+    """The scope for a request whose body is now `body` (a JSON object), at `path` if given."""
+    headers = [(k, v) for k, v in scope.get("headers", []) if k not in (b"content-length", b"content-type")]
+    scope = dict(scope, headers=headers + [(b"content-type", b"application/json"),
+                                           (b"content-length", str(len(body)).encode())])
+    if path is not None:
+        scope.update(path=path, raw_path=path.encode())
+    return scope
 
 
 async def send_json(send: Callable, status: int, data: Any) -> None:

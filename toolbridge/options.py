@@ -8,6 +8,9 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
   the parser reads every dialect anyway).
 - `tb_call_bias` / TOOLBRIDGE_CALL_BIAS: for `auto`, how many nats the call marker's first
   token is favoured at the answer's first position (toolbridge.steer); 0 turns it off.
+- `tb_result_bias` / TOOLBRIDGE_RESULT_BIAS: the same steering for an `auto` answer that follows
+  tool results, where a model should mostly answer; negative disfavours a call (a small model
+  otherwise writes the result, or the call, again); 0 turns it off.
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
   favoured when the model would go on to an optional argument after every required one
   (toolbridge.loops); 0 turns it off.
@@ -22,7 +25,7 @@ from typing import Any, Mapping
 
 from .dialects import Dialect, get_dialect
 
-KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_close_bias")
+KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_result_bias", "tb_close_bias")
 
 
 @dataclass(frozen=True)
@@ -32,15 +35,19 @@ class Defaults:
     measured_on: str
     call_bias: float
     close_bias: float
+    result_bias: float
 
 
 # By whether the model's own chat template renders tools (toolbridge.families.renders_tools), that
 # is, whether the model was trained for tool calls. A tool-trained model starts calls more
 # readily, so it needs a smaller push to call: at 5 nats Qwen2.5-Coder-0.5B also called on 3 of the
-# 12 questions that need no tool, at 3 on none (the README's tables).
+# 12 questions that need no tool, at 3 on none (the README's tables). After tool results,
+# SmolLM2-135M wrote the result again (`<tool_response>...`) or repeated the call instead of
+# answering; at -3 or -5 on the call starts it answered from the result. Tool-trained models keep
+# their own judgement there (not measured: 0).
 DEFAULTS: dict[bool, Defaults] = {
-    False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0),
-    True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5),
+    False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0, result_bias=-5.0),
+    True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5, result_bias=0.0),
 }
 DEFAULT_CALL_BIAS = DEFAULTS[False].call_bias
 
@@ -50,6 +57,7 @@ class Options:
     dialect: Dialect
     call_bias: float
     close_bias: float = 0.0
+    result_bias: float = 0.0
 
 
 def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os.environ,
@@ -60,7 +68,8 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
     dialect = get_dialect(kwargs.get("tb_dialect") or env.get("TOOLBRIDGE_DIALECT") or None)
     defaults = DEFAULTS[tool_trained]
     return Options(dialect, _number(kwargs, env, "tb_call_bias", defaults.call_bias),
-                   _number(kwargs, env, "tb_close_bias", defaults.close_bias))
+                   _number(kwargs, env, "tb_close_bias", defaults.close_bias),
+                   _number(kwargs, env, "tb_result_bias", defaults.result_bias))
 
 
 def _number(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: float) -> float:

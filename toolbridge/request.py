@@ -116,6 +116,7 @@ class ToolRequest:
     mode: str
     steer: bool  # the `auto` steering applies (toolbridge.steer)
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
+    steer_bias: float = 0.0  # the steering's bias: call_bias after a user turn, result_bias after tool results
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -202,9 +203,10 @@ def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: S
         _check_forced(choice, options.dialect, stops, user_constraint)
     if mode != PLAIN:
         stops += options.dialect.stop
-    steer = mode == LAZY and options.call_bias != 0 and follows_user_turn(messages)
+    steer_bias = options.call_bias if follows_user_turn(messages) else options.result_bias
+    steer = mode == LAZY and steer_bias != 0
     return ToolRequest(ts, choice, options, parallel_tool_calls is not False, mode, steer,
-                       tuple(dict.fromkeys(s for s in stops if s)))
+                       tuple(dict.fromkeys(s for s in stops if s)), steer_bias)
 
 
 def _check_forced(choice: ToolChoice, dialect: Dialect, stops: Sequence[str], user_constraint: bool) -> None:

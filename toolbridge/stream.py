@@ -14,6 +14,11 @@ dialects (dialects.py).
 
 Whitespace next to a call is not content: the run before a call is dropped, and so is the run
 after it unless content came before the call and comes after it too.
+
+History markup (a tool result's marker or tags, a chat turn marker: markers.py) ends the answer
+wherever the model writes it; the rest of the text is dropped, and so is the whitespace before
+it. A call's close marker with no call open is dropped from content. A `markers.ContentGuard`
+keeps history markup out of content put together from released or separated pieces.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from .calls import CallBook
 from .dialects import FENCE, Dialect
 from .events import Content, Event, merge, new_call_id
 from .lenient import WS, LenientReader
-from .markers import K_END, K_LABEL, WAIT, Marker, markers
+from .markers import K_END, K_LABEL, K_STRAY, WAIT, ContentGuard, Marker, markers
 from .tools import ToolChoice, normalize_tools
 
 # what the scanner is reading
@@ -50,6 +55,8 @@ class StreamParser:
         self.events: list[Event] = []
         self.book = CallBook(normalize_tools(tools), allowed, max_calls, id_factory, self.events, self._call_started)
         self.markers = markers(dialects)
+        self.guard = ContentGuard(self.markers)
+        self.near_end = self.markers.end_near.search  # ContentGuard's quick test, inlined
         self.pending = ""
         self.mode = CONTENT
         self.ws = ""  # whitespace held until it is known whether it is content
@@ -57,6 +64,7 @@ class StreamParser:
         self.after_label = False
         self.content_emitted = False
         self.held: list[str] = []  # a possible call's text so far, content if it is none
+        self.unclosed = ""  # the close marker of an open marker that was content: it is content too
         self.dialect: Dialect | None = None
         self.fenced = False
         self.lang = False
@@ -90,6 +98,9 @@ class StreamParser:
                 self._run(final=True)
             if self.ws and not self.book.started:
                 self._text("")
+            rest = self.guard.flush()
+            if rest:
+                self.events.append(Content(rest))
         return self._take()
 
     # -- the loop -----------------------------------------------------------------------------
@@ -129,7 +140,14 @@ class StreamParser:
                 t = self.ws + t
             self.ws = ""
         if t:
-            self.events.append(Content(t))
+            if self.guard.hold or self.near_end(t) is not None:
+                out, cut = self.guard.feed(t)
+                if out:
+                    self.events.append(Content(out))
+                if cut:
+                    self._end()
+            else:
+                self.events.append(Content(t))
             self.content_emitted = True
             k = t.rfind("\n")
             if k >= 0:
@@ -158,33 +176,44 @@ class StreamParser:
 
     def _call_started(self) -> None:
         self.ws = ""  # whitespace before a call is not content
+        self.unclosed = ""
 
     def _content(self, s: str, i: int, final: bool) -> int:
         n = len(s)
         trigger = self.markers.trigger
-        while i < n:
+        bare = self.markers.bare is not None
+        start = i  # s[start:i] is content not yet emitted; it holds no whitespace
+        while True:
             m = trigger.search(s, i)
             if m is None:
-                self._plain(s[i:])
-                return n
+                break
             j = m.start()
-            if j > i:
-                self._plain(s[i:j])
             c = s[j]
             if c in WS:
-                i = self._space_run(s, j)
+                if start < j:
+                    self._plain(s[start:j])
+                    if self.mode != CONTENT:  # history markup in the content (ContentGuard)
+                        return j
+                i = start = self._space_run(s, j)
                 continue
-            if c == "{" or c == "[":
-                self._begin_body(self.markers.bare)
-                return j
+            if start < j:
+                self.line_start = False  # s[j] comes after plain text on its line
             marker = self._match(s, j, final)
-            if marker is None:
-                self._plain(c)
-                i = j + 1
+            if marker is None and not (bare and (c == "{" or c == "[")):
+                i = j + 1  # plain after all
                 continue
+            if start < j:
+                self._plain(s[start:j])
+                if self.mode != CONTENT:
+                    return j
             if marker is WAIT:
                 return j
-            return self._on_marker(marker, s, j)
+            if marker is not None:
+                return self._on_marker(marker, s, j)
+            self._begin_body(self.markers.bare)
+            return j
+        if start < n:
+            self._plain(s[start:])
         return n
 
     def _plain(self, t: str) -> None:
@@ -196,8 +225,9 @@ class StreamParser:
         """The longest marker at s[j:], WAIT while a longer one may still come, or None."""
         best: Marker | None = None
         rest = len(s) - j
-        for mk in self.markers.by_first.get(s[j], ()):
-            if (mk.line_start and not self.line_start) or (mk.kind == K_END and not self.book.started):
+        table = self.markers
+        for mk in table.by_two.get(s[j:j + 2], ()) if rest > 1 else table.by_first.get(s[j], ()):
+            if (mk.line_start and not self.line_start) or (mk.after_call and not self.book.started):
                 continue
             t = mk.text
             if rest >= len(t):
@@ -212,8 +242,13 @@ class StreamParser:
         if mk.kind == K_LABEL:
             self.after_label = True
             return end
-        if mk.kind == K_END:  # the model writes a tool's result itself: it has stopped calling
-            self.mode = DISCARD
+        if mk.kind == K_STRAY:  # a close marker with no call open
+            if mk.text == self.unclosed:
+                self.unclosed = ""
+                self._plain(mk.text)
+            return end
+        if mk.kind == K_END:
+            self._end()
             return len(s)
         d = mk.dialect
         self.dialect = d
@@ -225,6 +260,11 @@ class StreamParser:
             self.mode = OPEN
             self.fenced = self.lang = d.fenced
         return end
+
+    def _end(self) -> None:
+        """History markup: the model writes a tool's result or a new turn itself, so its answer has ended."""
+        self.mode = DISCARD
+        self.ws = ""
 
     # -- a marker was seen: its body --------------------------------------------------------------
     def _open(self, s: str, i: int, final: bool) -> int:
@@ -301,6 +341,9 @@ class StreamParser:
         """The held text was not a call after all: it is content."""
         held = "".join(self.held)
         self.held = []
+        d = self.dialect
+        if d is not None and d.open and d.close and held.startswith(d.open):
+            self.unclosed = d.close
         self.mode = CONTENT
         self.fenced = self.lang = False
         self.react = None

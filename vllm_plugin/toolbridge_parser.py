@@ -6,10 +6,12 @@ and safe to execute twice), or the `vllm.general_plugins` entry point once insta
 """
 from __future__ import annotations
 
+import json
 import weakref
 from typing import Any, Sequence
 
 from toolbridge import BadRequest
+from toolbridge.apis import responses
 from toolbridge.deltas import delta
 from toolbridge.families import renders_tools
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
@@ -78,7 +80,10 @@ class ToolbridgeToolParser(ToolParser):
         tag = structural_tag(req) if StructuredOutputsParams is not None else None
         if tag is not None:
             request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
-            request.response_format = None
+            if hasattr(request, "response_format"):
+                request.response_format = None
+            else:  # a Responses request: its text format would be a second constraint
+                request.text = None
             _OURS[id(request.structured_outputs)] = request.structured_outputs
         return request
 
@@ -142,14 +147,57 @@ class ToolbridgeToolParser(ToolParser):
 
 
 def _prepare(request: Any, tokenizer: Any) -> ToolRequest:
-    """The core's request decision; vLLM answers a ValueError with 400."""
+    """The core's request decision, for a chat or a Responses request; vLLM answers a
+    ValueError with 400."""
     try:
-        return prepare(tools=request.tools, tool_choice=request.tool_choice, messages=request.messages,
-                       parallel_tool_calls=request.parallel_tool_calls,
-                       template_kwargs=getattr(request, "chat_template_kwargs", None), stop=request.stop,
-                       user_constraint=_user_constrained(request), tool_trained=_tool_trained(tokenizer))
+        kw = dict(_chat_fields(request), template_kwargs=getattr(request, "chat_template_kwargs", None),
+                  tool_trained=_tool_trained(tokenizer))
+        user = _user_constrained(request)
+        own = _own_constraint(request, kw) if user else None
+        return own if own is not None else prepare(**kw, user_constraint=user)
     except BadRequest as e:
         raise ValueError(e.message) from None
+
+
+def _own_constraint(request: Any, kw: dict) -> ToolRequest | None:
+    """The request's plan when its only constraint is the structural tag toolbridge itself sets
+    for it, carried in from another process: vLLM's render / derender split hands /derender the
+    request as adjust_request left it, and `_OURS` knows only this process's objects."""
+    so = getattr(request, "structured_outputs", None)
+    tag = getattr(so, "structural_tag", None)
+    rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
+    if not tag or any(getattr(so, k, None) for k in ("json", "regex", "choice", "grammar", "json_object")) \
+            or (rf is not None and getattr(rf, "type", "text") != "text"):
+        return None
+    try:
+        req = prepare(**kw, user_constraint=False)
+    except BadRequest:
+        return None
+    ours = structural_tag(req) if req.mode not in (PLAIN, USER) and StructuredOutputsParams is not None else None
+    return req if ours is not None and _same_json(ours, tag) else None
+
+
+def _same_json(a: str, b: str) -> bool:
+    try:
+        return json.loads(a) == json.loads(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+# What the core reads of a Responses request (vLLM keeps a continued conversation itself).
+RESPONSES_FIELDS = {"input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "stop",
+                    "previous_response_id"}
+
+
+def _chat_fields(request: Any) -> dict:
+    """The chat fields `prepare` reads: a chat request's own, or a Responses request read by the
+    core's Responses reader (input items, flat function tools, its tool_choice shape)."""
+    if not hasattr(request, "messages"):
+        request = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS,
+                                                            exclude_none=True))
+        return {k: request.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}
+    return {"tools": request.tools, "tool_choice": request.tool_choice, "messages": request.messages,
+            "parallel_tool_calls": request.parallel_tool_calls, "stop": request.stop}
 
 
 _TRAINED: dict[int, bool] = {}
@@ -167,10 +215,10 @@ def _tool_trained(tokenizer: Any) -> bool:
 def _steering(tokenizer: Any, req: ToolRequest) -> Steering:
     """The request's steering in this tokenizer's ids (kept with the tool set)."""
     def build() -> Steering:
-        return Steering.for_dialect(req.dialect, req.options.call_bias,
+        return Steering.for_dialect(req.dialect, req.steer_bias,
                                     lambda t: tokenizer.encode(t, add_special_tokens=False), [t.name for t in req.tools])
 
-    return req.toolset.memo(("vllm-steering", id(tokenizer), req.dialect.name, req.options.call_bias), build)
+    return req.toolset.memo(("vllm-steering", id(tokenizer), req.dialect.name, req.steer_bias), build)
 
 
 # The constraints adjust_request set (the parser reads the same request again for its answer,
@@ -179,7 +227,7 @@ _OURS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
 def _user_constrained(request: Any) -> bool:
-    rf = getattr(request, "response_format", None)
+    rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
     if rf is not None and getattr(rf, "type", "text") != "text":
         return True
     so = getattr(request, "structured_outputs", None)

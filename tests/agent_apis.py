@@ -1,0 +1,411 @@
+"""The agent APIs end to end, the same tests for every server (imported by the engine modules,
+which provide the `server`, `api_model` and `api_foreign_bad` fixtures).
+
+OpenAI Responses through the official `openai` client (`responses.create` / `responses.stream`),
+Anthropic Messages through the official `anthropic` client (`messages.create` / `messages.stream`),
+an agent loop with the OpenAI Agents SDK, and bad or generated bodies on both endpoints: never a
+5xx, a 400 in the API's own error shape.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import jsonschema
+import pytest
+
+from toolsets import SEARCH, WEATHER
+
+# what an engine module's `from agent_apis import *` takes: the tests and their fixtures only, so the
+# module's own names (TOOLS, valid, ...) stay its own
+__all__ = ["api_root", "oai", "ant", "test_responses_tool_choice", "test_responses_result_turn", "test_responses_parallel",
+           "test_messages_tool_choice", "test_messages_result_turn", "test_messages_parallel", "test_agents_sdk_loop",
+           "test_bad_bodies", "test_fuzz"]
+
+TOOLS = [WEATHER, SEARCH]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+RESPONSES_TOOLS = [{"type": "function", **t["function"]} for t in TOOLS]
+MESSAGES_TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                   "input_schema": t["function"]["parameters"]} for t in TOOLS]
+ASK = "What is the weather in Paris?"
+# the model's own markup: none of it may reach a user in any text
+MARKUP = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<|im_start|>", "<|im_end|>",
+          "TOOL_CALL:", "Action Input:", "<start_of_turn>", "<end_of_turn>")
+TIMEOUT = 60
+
+
+def no_markup(text: str | None) -> None:
+    assert not any(m in (text or "") for m in MARKUP), repr(text)
+
+
+def valid(name: str, arguments: dict | str) -> None:
+    assert name in SCHEMAS, name
+    args = json.loads(arguments) if isinstance(arguments, str) else arguments
+    jsonschema.validate(args, SCHEMAS[name])
+
+
+@pytest.fixture(scope="module")
+def api_root(server):
+    """The root URL of the engine module's own `server` fixture."""
+    return f"http://127.0.0.1:{server.port}"
+
+
+@pytest.fixture(scope="module")
+def oai(api_root):
+    import openai
+
+    return openai.OpenAI(base_url=api_root + "/v1", api_key="unused", max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def ant(api_root):
+    import anthropic
+
+    return anthropic.Anthropic(base_url=api_root, api_key="unused", max_retries=0, timeout=300)
+
+
+# -- OpenAI Responses --------------------------------------------------------------------------------
+
+RESPONSES_CHOICES = {"auto": "auto", "required": "required", "named": {"type": "function", "name": "search"},
+                     "none": "none"}
+
+
+def responses_kind(resp) -> tuple[str, ...]:
+    """The answer's output item types, checked: calls of declared tools with schema-valid
+    arguments, text without markup."""
+    for item in resp.output:
+        if item.type == "function_call":
+            assert item.call_id and item.id, item
+            valid(item.name, item.arguments)
+        elif item.type == "message":
+            for part in item.content:
+                no_markup(part.text)
+    return tuple(sorted({i.type for i in resp.output}))
+
+
+def responses_stream(oai, **kw):
+    """(event types, final response) through the client's own stream helper."""
+    with oai.responses.stream(**kw) as stream:
+        events = [e for e in stream]
+        # cut off by max_output_tokens, OpenAI ends on response.incomplete, which the helper's
+        # get_final_response does not take
+        final = events[-1].response if events[-1].type == "response.incomplete" else stream.get_final_response()
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete"), types
+    args: dict[str, str] = {}
+    for e in events:
+        if e.type == "response.function_call_arguments.delta":
+            args[e.item_id] = args.get(e.item_id, "") + e.delta
+        elif e.type == "response.output_item.done" and e.item.type == "function_call":
+            assert args.get(e.item.id, "") == e.item.arguments, (args, e.item)
+    return types, final
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("choice", list(RESPONSES_CHOICES))
+def test_responses_tool_choice(oai, api_model, choice, stream):
+    kw = dict(model=api_model, input=ASK if choice != "named" else "Search the web for the Eiffel Tower height.",
+              tools=RESPONSES_TOOLS, tool_choice=RESPONSES_CHOICES[choice], temperature=0, max_output_tokens=64)
+    resp = responses_stream(oai, **kw)[1] if stream else oai.responses.create(**kw)
+    kind = responses_kind(resp)
+    calls = [i for i in resp.output if i.type == "function_call"]
+    if choice in ("required", "named"):
+        assert calls, resp.output
+        assert kind == ("function_call",), kind
+        if choice == "named":
+            assert all(c.name == "search" for c in calls)
+    elif choice == "none":
+        assert kind == ("message",) and resp.output_text.strip(), resp.output
+    else:
+        assert kind in (("message",), ("function_call",), ("function_call", "message")), kind
+    if stream:  # the same answer as create, in kind
+        assert kind == responses_kind(oai.responses.create(**kw))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_responses_result_turn(oai, api_model, stream):
+    first = oai.responses.create(model=api_model, input=ASK, tools=RESPONSES_TOOLS, tool_choice="required",
+                                 temperature=0, max_output_tokens=64)
+    call = next(i for i in first.output if i.type == "function_call")
+    kw = dict(model=api_model, tools=RESPONSES_TOOLS, temperature=0, max_output_tokens=64, input=[
+        {"role": "user", "content": ASK},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 degrees Celsius."}])
+    resp = responses_stream(oai, **kw)[1] if stream else oai.responses.create(**kw)
+    assert responses_kind(resp) == ("message",), resp.output
+    assert resp.output_text.strip()
+
+
+def test_responses_parallel(oai, api_model):
+    """Two calls in one turn, answered by two results: the answer is text; and with
+    parallel_tool_calls false a forced answer holds one call."""
+    resp = oai.responses.create(model=api_model, tools=RESPONSES_TOOLS, temperature=0, max_output_tokens=64, input=[
+        {"role": "user", "content": "What is the weather in Paris and in Rome?"},
+        {"type": "function_call", "call_id": "call_a", "name": "get_weather", "arguments": '{"city": "Paris"}'},
+        {"type": "function_call", "call_id": "call_b", "name": "get_weather", "arguments": '{"city": "Rome"}'},
+        {"type": "function_call_output", "call_id": "call_a", "output": "Paris: sunny"},
+        {"type": "function_call_output", "call_id": "call_b", "output": "Rome: rain"}])
+    assert responses_kind(resp) == ("message",) and resp.output_text.strip(), resp.output
+    one = oai.responses.create(model=api_model, input="What is the weather in Paris and in Rome?",
+                               tools=RESPONSES_TOOLS, tool_choice="required", parallel_tool_calls=False,
+                               temperature=0, max_output_tokens=96)
+    assert responses_kind(one) == ("function_call",) and len(one.output) == 1, one.output
+
+
+# -- Anthropic Messages ------------------------------------------------------------------------------
+
+MESSAGES_CHOICES = {"auto": {"type": "auto"}, "any": {"type": "any"}, "tool": {"type": "tool", "name": "search"},
+                    "none": {"type": "none"}}
+
+
+def message_kind(msg) -> tuple[str, ...]:
+    for block in msg.content:
+        if block.type == "tool_use":
+            assert block.id, block
+            valid(block.name, block.input)
+        elif block.type == "text":
+            no_markup(block.text)
+    kinds = tuple(sorted({b.type for b in msg.content}))
+    assert (msg.stop_reason == "tool_use") == ("tool_use" in kinds) or msg.stop_reason == "max_tokens", \
+        (msg.stop_reason, kinds)
+    return kinds
+
+
+def messages_stream(ant, **kw):
+    with ant.messages.stream(**kw) as stream:
+        types = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert types[0] == "message_start" and types[-1] == "message_stop", types
+    return types, final
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("choice", list(MESSAGES_CHOICES))
+def test_messages_tool_choice(ant, api_model, choice, stream):
+    ask = ASK if choice != "tool" else "Search the web for the Eiffel Tower height."
+    kw = dict(model=api_model, max_tokens=64, messages=[{"role": "user", "content": ask}], tools=MESSAGES_TOOLS,
+              tool_choice=MESSAGES_CHOICES[choice], extra_body={"temperature": 0})
+    msg = messages_stream(ant, **kw)[1] if stream else ant.messages.create(**kw)
+    kind = message_kind(msg)
+    if choice in ("any", "tool"):
+        assert kind == ("tool_use",) and msg.stop_reason == "tool_use", msg
+        if choice == "tool":
+            assert all(b.name == "search" for b in msg.content)
+    elif choice == "none":
+        assert kind == ("text",), msg
+    if stream:
+        assert kind == message_kind(ant.messages.create(**kw))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_messages_result_turn(ant, api_model, stream):
+    first = ant.messages.create(model=api_model, max_tokens=64, messages=[{"role": "user", "content": ASK}],
+                                tools=MESSAGES_TOOLS, tool_choice={"type": "any"}, extra_body={"temperature": 0})
+    use = next(b for b in first.content if b.type == "tool_use")
+    kw = dict(model=api_model, max_tokens=64, tools=MESSAGES_TOOLS, extra_body={"temperature": 0}, messages=[
+        {"role": "user", "content": ASK},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                      "content": "Sunny, 21 degrees Celsius."}]}])
+    msg = messages_stream(ant, **kw)[1] if stream else ant.messages.create(**kw)
+    assert message_kind(msg) == ("text",) and msg.content[0].text.strip(), msg
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+
+
+def test_messages_parallel(ant, api_model):
+    msg = ant.messages.create(model=api_model, max_tokens=64, tools=MESSAGES_TOOLS, extra_body={"temperature": 0},
+                              messages=[
+        {"role": "user", "content": "What is the weather in Paris and in Rome?"},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_a", "name": "get_weather", "input": {"city": "Paris"}},
+            {"type": "tool_use", "id": "toolu_b", "name": "get_weather", "input": {"city": "Rome"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "Paris: sunny"},
+                                     {"type": "tool_result", "tool_use_id": "toolu_b", "content": "Rome: rain"}]}])
+    assert message_kind(msg) == ("text",), msg
+    one = ant.messages.create(model=api_model, max_tokens=96, tools=MESSAGES_TOOLS, extra_body={"temperature": 0},
+                              messages=[{"role": "user", "content": "What is the weather in Paris and in Rome?"}],
+                              tool_choice={"type": "any", "disable_parallel_tool_use": True})
+    assert message_kind(one) == ("tool_use",) and len(one.content) == 1, one
+
+
+# -- an agent loop: the OpenAI Agents SDK over /v1/responses -----------------------------------------
+
+def test_agents_sdk_loop(api_root, api_model):
+    """Runner.run with two function tools: the first turn must call (the SDK resets tool_choice
+    to auto after a call), the tool runs, and the run ends with a final text answer."""
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+    from openai import AsyncOpenAI
+
+    set_tracing_disabled(True)
+    ran: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        ran.append(city)
+        return f"Sunny, 21 degrees Celsius in {city}."
+
+    @function_tool
+    def search(query: str) -> str:
+        """Search the web."""
+        ran.append(query)
+        return "No results."
+
+    client = AsyncOpenAI(base_url=api_root + "/v1", api_key="unused", max_retries=0, timeout=300)
+    agent = Agent(name="assistant", instructions="Answer the user's question.", tools=[get_weather, search],
+                  model=OpenAIResponsesModel(model=api_model, openai_client=client),
+                  model_settings=ModelSettings(tool_choice="required", temperature=0, max_tokens=64))
+    result = asyncio.run(Runner.run(agent, ASK, max_turns=4))
+    assert ran, "the agent called no tool"
+    assert isinstance(result.final_output, str) and result.final_output.strip(), result.final_output
+    no_markup(result.final_output)
+    print(f"\nagent loop: tools ran with {ran}; final answer {result.final_output!r}")
+
+
+# -- bad and generated bodies on both endpoints ------------------------------------------------------
+
+def responses_error(data) -> bool:
+    err = data.get("error") if isinstance(data, dict) else None
+    return isinstance(err, dict) and isinstance(err.get("message"), str) and bool(err["message"])
+
+
+def messages_error(data) -> bool:
+    err = data.get("error") if isinstance(data, dict) else None
+    return (data.get("type") == "error" and isinstance(err, dict) and isinstance(err.get("type"), str)
+            and isinstance(err.get("message"), str)) if isinstance(data, dict) else False
+
+
+BAD = {
+    "responses": [
+        b"{not json", b"[1, 2]", b'"hi"',
+        {"input": []}, {"input": 5}, {"input": [{"type": "web_search_call"}]},
+        {"input": ASK, "tools": [{"type": 5}]}, {"input": ASK, "tools": "x"},
+        {"input": ASK, "tools": RESPONSES_TOOLS, "tool_choice": {"type": "function", "name": "nope"}},
+        {"input": ASK, "tools": RESPONSES_TOOLS, "tool_choice": "sometimes"},
+        {"input": ASK, "tool_choice": "required"},
+        {"input": [{"role": "wizard", "content": "hi"}]},
+        {"input": [{"type": "function_call_output", "call_id": "call_zz", "output": "x"}], "tools": RESPONSES_TOOLS},
+        {"input": [{"type": "function_call", "call_id": 5, "name": "search", "arguments": "{}"}]},
+        {"input": ASK, "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "properties": 3}}]},
+    ],
+    "messages": [
+        b"{not json", b"[1, 2]",
+        {"messages": [{"role": "user", "content": ASK}]},  # no max_tokens
+        {"max_tokens": 16, "messages": []}, {"max_tokens": 16, "messages": "hi"},
+        {"max_tokens": 16, "messages": [{"role": "wizard", "content": "hi"}]},
+        {"max_tokens": 16, "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_zz",
+                                                                      "content": "x"}]}], "tools": MESSAGES_TOOLS},
+        {"max_tokens": 16, "messages": [{"role": "user", "content": ASK}], "tools": MESSAGES_TOOLS,
+         "tool_choice": {"type": "tool", "name": "nope"}},
+        {"max_tokens": 16, "messages": [{"role": "user", "content": ASK}], "tools": MESSAGES_TOOLS,
+         "tool_choice": {"type": "sometimes"}},
+        {"max_tokens": 16, "messages": [{"role": "user", "content": ASK}], "tools": [{"name": "f", "input_schema": 3}]},
+        {"max_tokens": 16, "messages": [{"role": "user", "content": [{"type": "video"}]}]},
+    ],
+}
+PATHS = {"responses": "/v1/responses", "messages": "/v1/messages"}
+IS_ERROR = {"responses": responses_error, "messages": messages_error}
+
+
+def post(api_root: str, api: str, body, stream: bool = False) -> tuple[int, object]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with httpx.Client(timeout=TIMEOUT) as c:
+        if stream:
+            with c.stream("POST", api_root + PATHS[api], content=raw, headers={"content-type": "application/json"}) as r:
+                if r.status_code == 200:
+                    return 200, list(r.iter_lines())
+                r.read()
+                return r.status_code, _json(r.content)
+        r = c.post(api_root + PATHS[api], content=raw, headers={"content-type": "application/json"})
+        return r.status_code, _json(r.content)
+
+
+def _json(content: bytes):
+    try:
+        return json.loads(content)
+    except ValueError:
+        return content[:300]
+
+
+def check_bad(api_root: str, api_model: str, api: str, body, stream: bool) -> None:
+    if isinstance(body, dict):
+        body = {"model": api_model, **body, **({"stream": True} if stream else {})}
+    status, data = post(api_root, api, body, stream)
+    assert status == 400, (status, body, data)
+    assert IS_ERROR[api](data), data
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("api", list(BAD))
+def test_bad_bodies(api_root, api_model, api, stream, api_foreign_bad):
+    for i, body in enumerate(BAD[api]):
+        if (api, i) in api_foreign_bad:  # the engine's own route may take it: only no 5xx
+            status, data = post(api_root, api, {"model": api_model, **body} if isinstance(body, dict) else body, stream)
+            assert status < 500, (status, body, data)
+            continue
+        check_bad(api_root, api_model, api, body, stream)
+    status, _ = post(api_root, "responses", {"model": api_model, "input": "Hi", "max_output_tokens": 2})
+    assert status == 200
+
+
+def agent_bodies(api: str, model: str):
+    """A hypothesis strategy of Responses or Messages bodies: mostly well-formed, each field
+    sometimes of the wrong type; output always short (never an unset max_output_tokens, which
+    lets a model write until its context is full)."""
+    from hypothesis import strategies as st
+
+    scalar = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=10))
+    junk = st.recursive(scalar, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                        st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+                        max_leaves=5)
+    text = st.one_of(st.text(max_size=30), st.sampled_from([ASK, "<tool_call>", "<tool_response>\n</tool_response>"]))
+    if api == "responses":
+        item = st.one_of(
+            st.builds(lambda r, c: {"role": r, "content": c}, st.sampled_from(["user", "assistant", "system", "x"]),
+                      st.one_of(text, junk)),
+            st.just({"type": "function_call", "call_id": "call_1", "name": "search", "arguments": "{}"}),
+            st.builds(lambda o: {"type": "function_call_output", "call_id": "call_1", "output": o}, st.one_of(text, junk)),
+            junk)
+        return st.fixed_dictionaries(
+            {"model": st.just(model), "input": st.one_of(text, st.lists(item, min_size=1, max_size=4), junk),
+             "max_output_tokens": st.one_of(st.integers(1, 8), junk.filter(lambda v: v is not None))},
+            optional={"tools": st.one_of(st.just(RESPONSES_TOOLS), st.lists(junk, max_size=2)),
+                      "tool_choice": st.one_of(st.sampled_from(["auto", "required", "none"]),
+                                               st.just({"type": "function", "name": "search"}), junk),
+                      "stream": st.booleans(), "parallel_tool_calls": st.one_of(st.booleans(), junk),
+                      "instructions": st.one_of(text, junk), "text": junk})
+    block = st.one_of(st.builds(lambda t: {"type": "text", "text": t}, text),
+                      st.just({"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}), junk)
+    turn = st.builds(lambda r, c: {"role": r, "content": c}, st.sampled_from(["user", "assistant", "x"]),
+                     st.one_of(text, st.lists(block, max_size=3), junk))
+    return st.fixed_dictionaries(
+        {"model": st.just(model), "max_tokens": st.one_of(st.integers(1, 8), junk),
+         "messages": st.one_of(st.lists(turn, min_size=1, max_size=3), junk)},
+        optional={"tools": st.one_of(st.just(MESSAGES_TOOLS), st.lists(junk, max_size=2)),
+                  "tool_choice": st.one_of(st.sampled_from([{"type": "auto"}, {"type": "any"}, {"type": "none"},
+                                                            {"type": "tool", "name": "search"}]), junk),
+                  "stream": st.booleans(), "system": st.one_of(text, junk), "stop_sequences": junk})
+
+
+@pytest.mark.parametrize("api", list(BAD))
+def test_fuzz(api_root, api_model, api):
+    """Generated bodies (a fixed seed): never a 5xx, never past TIMEOUT, errors in the API's shape."""
+    from hypothesis import HealthCheck, given, seed, settings
+
+    stats: dict = {}
+
+    @seed(20261125)
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(agent_bodies(api, api_model))
+    def one(body):
+        t = time.perf_counter()
+        status, data = post(api_root, api, body, stream=body.get("stream") is True)
+        stats[status] = stats.get(status, 0) + 1
+        assert status < 500 and time.perf_counter() - t < TIMEOUT, (status, body, data)
+        if status >= 400:
+            assert IS_ERROR[api](data), (body, data)
+
+    one()
+    print(f"\n{api} fuzz statuses: {stats}")

@@ -1,0 +1,430 @@
+"""OpenAI Responses (`POST /v1/responses`) as a reader into the chat request, and its writers.
+
+`chat_request` reads a Responses body (input items: messages, `function_call`,
+`function_call_output` matched by `call_id`; flat function tools; `tool_choice` auto /
+required / none / a named function; `text.format`; `max_output_tokens`) into the OpenAI chat
+body that toolbridge plans every request from. `response` writes a chat completion as a
+Response object, `ResponseStream` writes chat stream chunks as Responses events.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Mapping
+
+from ..errors import BadRequest
+from .fields import new_id, string_field
+
+# Sampling fields that mean the same in both APIs, and the engines' own extras clients send
+# through (extra_body), passed to the chat request as they are.
+PASSED = ("temperature", "top_p", "stream", "parallel_tool_calls", "stop", "seed", "top_k", "min_p", "logit_bias",
+          "presence_penalty", "frequency_penalty", "repeat_penalty", "chat_template_kwargs", "model", "user")
+# Items replayed from history that no model here wrote or can read back: a model's reasoning, and
+# calls of built-in tools that run on OpenAI's side.
+IGNORED_ITEMS = frozenset({"reasoning", "web_search_call", "file_search_call", "code_interpreter_call",
+                           "image_generation_call", "computer_call", "computer_call_output", "mcp_list_tools",
+                           "mcp_call", "mcp_approval_request", "mcp_approval_response", "compaction"})
+# Tools are shown to the model as functions, the way vLLM's own Responses serving shows them: a
+# namespace's functions flattened to `<namespace>__<name>`, a custom (freeform) tool as a function
+# of one string argument. Built-in tools (web search, file search, ...) run on OpenAI's side; no
+# server here can run them, so they are not shown (vLLM drops them too).
+NAMESPACE_SEPARATOR = "__"
+CUSTOM_INPUT = "input"
+CUSTOM_PARAMETERS = {"type": "object", "properties": {CUSTOM_INPUT: {
+    "type": "string", "description": "The freeform text payload for this tool."}}, "required": [CUSTOM_INPUT]}
+
+
+def chat_request(body: Mapping[str, Any], history: list[dict] | None = None) -> dict:
+    """The chat body for a Responses body; BadRequest when it cannot be one. `history`: the
+    input and output items of the previous response, when the request continues one; None
+    when the engine keeps it (vLLM's own store), so that a result may answer a call made there."""
+    if not isinstance(body, Mapping):
+        raise BadRequest("The request body must be a JSON object.")
+    if body.get("background"):
+        raise BadRequest("background responses are not supported by this server.", param="background")
+    chat: dict = {k: body[k] for k in PASSED if body.get(k) is not None}
+    messages: list[dict] = []
+    if body.get("instructions") is not None:
+        if not isinstance(body["instructions"], str):
+            raise BadRequest("instructions must be a string.", param="instructions")
+        messages.append({"role": "system", "content": body["instructions"]})
+    items = list(history or []) + input_items(body.get("input"))
+    messages += chat_messages(items, continued=history is None and body.get("previous_response_id") is not None)
+    if not messages:
+        raise BadRequest("input must not be empty.", param="input")
+    chat["messages"] = messages
+    tools = body.get("tools")
+    if tools:
+        chat["tools"] = chat_tools(tools)
+    if body.get("tool_choice") is not None:
+        chat["tool_choice"] = chat_tool_choice(body["tool_choice"])
+    if body.get("max_output_tokens") is not None:
+        chat["max_tokens"] = body["max_output_tokens"]
+    fmt = ((body.get("text") or {}).get("format") or {}) if isinstance(body.get("text"), Mapping) else {}
+    if fmt.get("type") == "json_schema":
+        chat["response_format"] = {"type": "json_schema", "json_schema": {
+            k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
+    elif fmt.get("type") == "json_object":
+        chat["response_format"] = {"type": "json_object"}
+    if chat.get("stream"):
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def input_items(value: Any) -> list[dict]:
+    """`input` as a list of items (a string is one user message)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [{"type": "message", "role": "user", "content": value}]
+    if not isinstance(value, list) or not all(isinstance(i, Mapping) for i in value):
+        raise BadRequest("input must be a string or an array of input items.", param="input")
+    return [dict(i) for i in value]
+
+
+def chat_messages(items: list[dict], continued: bool = False) -> list[dict]:
+    """Input items -> chat messages: consecutive function_call items join one assistant turn
+    (with the text of an assistant message just before them), each function_call_output is a
+    tool message. `continued`: the calls of an earlier response the engine keeps are answered
+    here; each stands in this history as the call its result answers."""
+    messages: list[dict] = []
+    called = {i.get("call_id") for i in items if i.get("type") in ("function_call", "custom_tool_call")}
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        where = f"input[{i}]"
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise BadRequest(f"{where}.role must be user, assistant, system or developer.", param=f"{where}.role")
+            messages.append({"role": "system" if role == "developer" else role,
+                             "content": message_content(item.get("content"), role, where)})
+        elif kind in ("function_call", "custom_tool_call"):
+            name = string_field(item, "name", where)
+            if isinstance(item.get("namespace"), str):
+                name = item["namespace"] + NAMESPACE_SEPARATOR + name
+            arguments = (string_field(item, "arguments", where) if kind == "function_call"
+                         else json.dumps({CUSTOM_INPUT: string_field(item, "input", where)}, ensure_ascii=False))
+            call = {"id": string_field(item, "call_id", where), "type": "function",
+                    "function": {"name": name, "arguments": arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = item.get("output")
+            if isinstance(output, list):
+                output = _text_parts(output, where)
+            if not isinstance(output, str):
+                raise BadRequest(f"{where}.output must be a string.", param=f"{where}.output")
+            call_id = string_field(item, "call_id", where)
+            if continued and call_id not in called:
+                called.add(call_id)
+                messages.append({"role": "assistant", "content": None, "tool_calls": [
+                    {"id": call_id, "type": "function", "function": {"name": "", "arguments": "{}"}}]})
+            messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
+        elif kind in IGNORED_ITEMS:
+            continue
+        else:
+            raise BadRequest(f"{where}: input items of type {kind!r} are not supported by this server (messages, "
+                             "function and custom tool calls and their outputs are).", param=f"{where}.type")
+    return messages
+
+
+def message_content(content: Any, role: str, where: str) -> Any:
+    """A message item's content: a string, text parts joined, or (user) chat content parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadRequest(f"{where}.content must be a string or an array of content parts.", param=f"{where}.content")
+    if role == "user" and any(isinstance(p, Mapping) and p.get("type") == "input_image" for p in content):
+        parts = []
+        for p in content:
+            if p.get("type") == "input_image":
+                parts.append({"type": "image_url", "image_url": {"url": p.get("image_url")}})
+            else:
+                parts.append({"type": "text", "text": _text_parts([p], where)})
+        return parts
+    return _text_parts(content, where)
+
+
+def _text_parts(parts: list, where: str) -> str:
+    out = []
+    for p in parts:
+        if not isinstance(p, Mapping) or p.get("type") not in ("input_text", "output_text", "text", "refusal"):
+            kind = p.get("type") if isinstance(p, Mapping) else type(p).__name__
+            raise BadRequest(f"{where}: content parts of type {kind!r} are not supported here.", param=where)
+        text = p.get("text", p.get("refusal"))
+        if not isinstance(text, str):
+            raise BadRequest(f"{where}: a text part needs a string `text`.", param=where)
+        out.append(text)
+    return "".join(out)
+
+
+def chat_tools(tools: Any) -> list[dict]:
+    """Responses tools -> chat function tools (see NAMESPACE_SEPARATOR)."""
+    if not isinstance(tools, list):
+        raise BadRequest("tools must be an array of tool objects.", param="tools")
+    out = []
+    for i, t in enumerate(tools):
+        if not isinstance(t, Mapping):
+            raise BadRequest(f"tools[{i}] must be an object.", param=f"tools[{i}]")
+        kind = t.get("type")
+        if kind == "function":
+            out.append(_function(t))
+        elif kind == "namespace":
+            if not isinstance(t.get("name"), str) or not isinstance(t.get("tools"), list):
+                raise BadRequest(f"tools[{i}]: a namespace needs a name and a tools array.", param=f"tools[{i}]")
+            out += [_function(f, t["name"] + NAMESPACE_SEPARATOR + str(f.get("name"))) for f in t["tools"]
+                    if isinstance(f, Mapping) and f.get("type") == "function"]
+        elif kind == "custom":
+            out.append(_function({"name": t.get("name"), "description": t.get("description"),
+                                  "parameters": CUSTOM_PARAMETERS}))
+        elif not isinstance(kind, str):
+            raise BadRequest(f"tools[{i}].type must be a string.", param=f"tools[{i}].type")
+    return out
+
+
+def _function(tool: Mapping, name: str | None = None) -> dict:
+    fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
+    if name is not None:
+        fn["name"] = name
+    return {"type": "function", "function": fn}
+
+
+def call_names(tools: Any) -> dict[str, tuple[str, str | None]]:
+    """Flat call name -> (item type, namespace) for the calls that are not plain functions."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for t in tools if isinstance(tools, list) else ():
+        if not isinstance(t, Mapping):
+            continue
+        if t.get("type") == "custom" and isinstance(t.get("name"), str):
+            out[t["name"]] = ("custom_tool_call", None)
+        elif t.get("type") == "namespace" and isinstance(t.get("tools"), list):
+            for f in t["tools"]:
+                if isinstance(f, Mapping) and isinstance(f.get("name"), str):
+                    out[f"{t.get('name')}{NAMESPACE_SEPARATOR}{f['name']}"] = ("function_call", t.get("name"))
+    return out
+
+
+def chat_tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str):
+        return choice
+    if isinstance(choice, Mapping) and choice.get("type") in ("function", "custom"):
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    raise BadRequest("tool_choice must be 'auto', 'required', 'none' or {\"type\": \"function\", \"name\": ...}.",
+                     param="tool_choice")
+
+
+# -- writers ---------------------------------------------------------------------------------------
+
+def response(completion: Mapping[str, Any], body: Mapping[str, Any], response_id: str | None = None) -> dict:
+    """A chat completion as a Response object."""
+    choice = completion["choices"][0]
+    msg = choice.get("message") or {}
+    output = []
+    names = call_names(body.get("tools"))
+    if msg.get("content"):
+        output.append(_message_item(new_id("msg"), msg["content"], "completed"))
+    for tc in msg.get("tool_calls") or ():
+        output.append(_call_item(tc["id"], tc["function"]["name"], tc["function"]["arguments"], "completed", names))
+    return _response(body, response_id or new_id("resp"), completion.get("model"), output,
+                     choice.get("finish_reason"), completion.get("usage"), completion.get("created"))
+
+
+def _message_item(item_id: str, text: str, status: str) -> dict:
+    return {"id": item_id, "type": "message", "role": "assistant", "status": status,
+            "content": [{"type": "output_text", "text": text, "annotations": []}] if status == "completed" else []}
+
+
+def _call_item(call_id: str, name: str, arguments: str, status: str,
+               names: Mapping[str, tuple[str, str | None]]) -> dict:
+    """A call as a function_call item (its namespace split off), or as a custom_tool_call item
+    whose input is the shim's string argument."""
+    kind, namespace = names.get(name, ("function_call", None))
+    if kind == "custom_tool_call":
+        return {"id": new_id("ctc"), "type": kind, "status": status, "call_id": call_id, "name": name,
+                "input": custom_input(arguments)}
+    item = {"id": new_id("fc"), "type": kind, "status": status, "call_id": call_id, "name": name,
+            "arguments": arguments}
+    if namespace is not None:
+        item["name"], item["namespace"] = name[len(namespace) + len(NAMESPACE_SEPARATOR):], namespace
+    return item
+
+
+def custom_input(arguments: str) -> str:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value[CUSTOM_INPUT] if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str) else arguments
+
+
+def _response(body: Mapping, rid: str, model: Any, output: list, finish: str | None, usage: Any,
+              created: Any = None, status: str | None = None) -> dict:
+    if status is None:
+        status = "incomplete" if finish == "length" else "completed"
+    text = body.get("text") if isinstance(body.get("text"), Mapping) else {"format": {"type": "text"}}
+    return {
+        "id": rid, "object": "response", "created_at": int(created or time.time()), "status": status,
+        "error": None, "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "instructions": body.get("instructions"), "max_output_tokens": body.get("max_output_tokens"),
+        "model": model or body.get("model"), "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True) is not False,
+        "previous_response_id": body.get("previous_response_id"), "reasoning": None,
+        "store": bool(body.get("store", True)), "temperature": body.get("temperature"), "text": text,
+        "tool_choice": body.get("tool_choice", "auto"), "tools": list(body.get("tools") or []),
+        "top_p": body.get("top_p"), "truncation": "disabled", "metadata": body.get("metadata") or {},
+        "user": body.get("user"), "usage": _usage(usage),
+    }
+
+
+def _usage(usage: Any) -> dict | None:
+    if not isinstance(usage, Mapping):
+        return None
+    i, o = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": o,
+            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o}
+
+
+class ResponseStream:
+    """Chat stream chunks in, Responses stream events out (each a dict with `type` and
+    `sequence_number`), in OpenAI's order: created, in_progress, per output item added /
+    deltas / done, then completed (or incomplete when cut off by max_output_tokens)."""
+
+    def __init__(self, body: Mapping[str, Any], response_id: str | None = None):
+        self.body = body
+        self.id = response_id or new_id("resp")
+        self.seq = 0
+        self.model: Any = body.get("model")
+        self.output: list[dict] = []
+        self.open: dict | None = None  # the item being streamed
+        self.calls: dict[int, dict] = {}  # chat tool-call index -> its item
+        self.names = call_names(body.get("tools"))
+        self.finish: str | None = None
+        self.usage: Any = None
+        self.started = False
+        self.final: dict | None = None
+
+    def _event(self, kind: str, **fields: Any) -> dict:
+        event = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return event
+
+    def _snapshot(self, status: str) -> dict:
+        return _response(self.body, self.id, self.model, [_public(i) for i in self.output], self.finish, self.usage,
+                         status=status)
+
+    def start(self) -> list[dict]:
+        if self.started:
+            return []
+        self.started = True
+        return [self._event("response.created", response=self._snapshot("in_progress")),
+                self._event("response.in_progress", response=self._snapshot("in_progress"))]
+
+    def feed(self, chunk: Mapping[str, Any]) -> list[dict]:
+        """Events for one chat completion chunk."""
+        events = self.start()
+        self.model = chunk.get("model") or self.model
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for ch in chunk.get("choices") or ():
+            d = ch.get("delta") or {}
+            if d.get("content"):
+                events += self._text(d["content"])
+            for tc in d.get("tool_calls") or ():
+                events += self._call(tc)
+            if ch.get("finish_reason"):
+                self.finish = ch["finish_reason"]
+        return events
+
+    def _text(self, text: str) -> list[dict]:
+        events = []
+        if self.open is None or self.open["type"] != "message":
+            events += self._close()
+            item = _message_item(new_id("msg"), "", "in_progress")
+            events += self._add(item)
+            events.append(self._event("response.content_part.added", item_id=item["id"],
+                                      output_index=len(self.output) - 1, content_index=0,
+                                      part={"type": "output_text", "text": "", "annotations": []}))
+            item["_text"] = ""
+        item = self.open
+        item["_text"] += text
+        events.append(self._event("response.output_text.delta", item_id=item["id"], output_index=len(self.output) - 1,
+                                  content_index=0, delta=text, logprobs=[]))
+        return events
+
+    def _call(self, tc: Mapping[str, Any]) -> list[dict]:
+        events = []
+        index = tc.get("index", 0)
+        fn = tc.get("function") or {}
+        item = self.calls.get(index)
+        if item is None:
+            events += self._close()
+            item = _call_item(tc.get("id") or "", fn.get("name") or "", "", "in_progress", self.names)
+            item["_arguments"] = ""
+            self.calls[index] = item
+            events += self._add(item)
+        if fn.get("arguments"):
+            item["_arguments"] += fn["arguments"]
+            if item["type"] == "function_call":  # a custom tool's input is known once its call ends
+                item["arguments"] = item["_arguments"]
+                events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                          output_index=self.output.index(item), delta=fn["arguments"]))
+        return events
+
+    def _add(self, item: dict) -> list[dict]:
+        self.output.append(item)
+        self.open = item
+        return [self._event("response.output_item.added", output_index=len(self.output) - 1, item=_public(item))]
+
+    def _close(self) -> list[dict]:
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        index = self.output.index(item)
+        events = []
+        if item["type"] == "message":
+            text = item.pop("_text")
+            part = {"type": "output_text", "text": text, "annotations": []}
+            events += [self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                   content_index=0, text=text, logprobs=[]),
+                       self._event("response.content_part.done", item_id=item["id"], output_index=index,
+                                   content_index=0, part=part)]
+            item["content"] = [part]
+        elif item["type"] == "custom_tool_call":
+            item["input"] = custom_input(item.pop("_arguments"))
+            if item["input"]:
+                events.append(self._event("response.custom_tool_call_input.delta", item_id=item["id"],
+                                          output_index=index, delta=item["input"]))
+            events.append(self._event("response.custom_tool_call_input.done", item_id=item["id"],
+                                      output_index=index, input=item["input"]))
+        else:
+            item.pop("_arguments")
+            events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                      output_index=index, name=item["name"], arguments=item["arguments"]))
+        item["status"] = "completed"
+        events.append(self._event("response.output_item.done", output_index=index, item=dict(item)))
+        return events
+
+    def finish_events(self) -> list[dict]:
+        """The closing events, after the last chunk."""
+        events = self.start() + self._close()
+        self.final = self._snapshot("incomplete" if self.finish == "length" else "completed")
+        kind = "response.incomplete" if self.final["status"] == "incomplete" else "response.completed"
+        return events + [self._event(kind, response=self.final)]
+
+    def error_event(self, error: Mapping[str, Any]) -> list[dict]:
+        """A failure after the stream started (the chat stream sent an error)."""
+        err = error.get("error", error) if isinstance(error, Mapping) else {}
+        return self.start() + [self._event("error", code=err.get("code"), message=err.get("message", str(error)),
+                                           param=err.get("param"))]
+
+
+def _public(item: dict) -> dict:
+    return {k: v for k, v in item.items() if not k.startswith("_")}
+
+
+def output_items(resp: Mapping[str, Any]) -> list[dict]:
+    """A response's output as input items for a later request (previous_response_id)."""
+    return [json.loads(json.dumps(i)) for i in resp.get("output") or ()]
