@@ -26,6 +26,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
+from toolbridge.logits import token_changes
 from toolbridge.loops import LoopGuard
 from toolbridge.steer import Steering
 
@@ -75,15 +76,13 @@ class Sampler:
 
     def next(self, tokens: list[int]) -> int:
         """The next token after `tokens` (all evaluated), accepted by the chain and the grammar."""
-        steer, only = self.steering, None
-        changes: list[tuple[int, float]] = []
-        if steer is not None and len(tokens) - self.answer_start < steer.horizon:
-            answer = tokens[self.answer_start:]
-            changes, only = steer.changes(answer), steer.only(answer)
-        if self.guard is not None:
-            g = self.guard
-            changes = [*changes, *g.state.changes(lambda: g.text(int(np.argmax(last_logits(self.llama)))),
-                                                  g.closers, g.enders)]
+        steer, g = self.steering, self.guard
+        if steer is not None and len(tokens) - self.answer_start >= steer.horizon:
+            steer = None  # past its horizon: the answer's tokens need not be looked at
+        changes, only = token_changes(steer, tokens[self.answer_start:] if steer is not None else (),
+                                      g.state if g is not None else None,
+                                      lambda: g.text(int(np.argmax(last_logits(self.llama)))),
+                                      g.closers if g is not None else (), g.enders if g is not None else ())
         if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
         logits = last_logits(self.llama)

@@ -134,3 +134,40 @@ def check_load(base_url: str, model: str) -> None:
     assert all(s.calls or (s.finish == "length" and not s.content) for s in required), \
         [(s.ask, s.content, s.finish) for s in required if not s.calls]
     assert loaded["calls"] > 0
+
+
+# -- vLLM's own CLI (scale-out modes) ------------------------------------------------------------
+
+def vllm_cli(*args: str) -> list[str]:
+    """argv running vLLM's CLI (`vllm serve ...`, `vllm launch render ...`) with the CPU build,
+    through toolbridge's launcher (the `vllm` console script has no `vllm` metadata there)."""
+    return [PYTHON, "-m", "vllm_plugin.cli", *args]
+
+
+def with_tests_path(server: Server) -> Server:
+    """Put tests/ on the server's path too (for `--middleware servers.ServedBy`)."""
+    server.env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "tests"), server.env.get("PYTHONPATH", "")])
+    return server
+
+
+class ServedBy:
+    """A pure ASGI middleware (`--middleware servers.ServedBy`, with `with_tests_path`): every answer
+    names the server process that produced it in an `x-served-by` header, so a test can tell which
+    of several API-server processes answered."""
+
+    HEADER = "x-served-by"
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        pid = str(os.getpid()).encode()
+
+        async def send_named(message):
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), (self.HEADER.encode(), pid)]}
+            await send(message)
+
+        await self.app(scope, receive, send_named)

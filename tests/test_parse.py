@@ -322,3 +322,15 @@ def test_end_markers_contain_no_other():
     """ContentGuard cuts at the leftmost marker, which must not depend on how far the text has come."""
     ends = markers(None).end_texts
     assert not [(a, b) for a in ends for b in ends if a != b and a in b]
+
+
+def test_turn_cut_of_a_plain_answer():
+    """A plain answer (no tools in play) ends at a chat turn marker, whole or in any split."""
+    from toolbridge.markers import TurnCut
+
+    text = "Sunny, 21C.<|im_end|>\n<|im_start|>user\nmore"
+    assert TurnCut.whole(text) == "Sunny, 21C."
+    for i in range(len(text) + 1):
+        cut = TurnCut()
+        assert cut.feed(text[:i]) + cut.feed(text[i:]) + cut.finish() == "Sunny, 21C."
+    assert TurnCut.whole("a <|b and [IN") == "a <|b and [IN"

@@ -142,3 +142,15 @@ def test_forced_call_the_request_itself_forbids_is_400(kw, param):
 
 def test_stop_strings_that_no_call_contains_are_kept():
     assert "Observation:" in adjusted(tool_choice="required", stop=["Observation:"]).stop
+
+
+def test_the_logits_processor_loads_by_name_and_by_entry_point_as_a_batch_processor():
+    """`--logits-processors vllm_plugin.bias:CallBias` and the installed `vllm.logits_processors`
+    entry point both give vLLM the batch processor (not a per-request adapter)."""
+    from vllm.v1.sample.logits_processor import (AdapterLogitsProcessor, LogitsProcessor,
+                                                 _load_logitsprocs_by_fqcns, _load_logitsprocs_plugins)
+
+    from vllm_plugin.bias import CallBias
+    assert _load_logitsprocs_by_fqcns(["vllm_plugin.bias:CallBias"]) == [CallBias]
+    assert CallBias in _load_logitsprocs_plugins()
+    assert issubclass(CallBias, LogitsProcessor) and not issubclass(CallBias, AdapterLogitsProcessor)

@@ -56,14 +56,22 @@ def enders(encode: Callable[[str], list[int]], decode: Callable[[int], str]) -> 
 
 
 def loops(value: str) -> bool:
-    """Whether `value` ends in one unit repeated over at least MIN_RUN characters."""
-    for unit in range(1, MAX_UNIT + 1):
+    """Whether `value` ends in one unit repeated over at least MIN_RUN characters. (It runs at
+    every token of a long string value: only the units after which the last character comes
+    again are tried.)"""
+    n = len(value)
+    if n < MIN_RUN:
+        return False
+    last, lo = value[-1], max(0, n - 1 - MAX_UNIT)
+    at = value.rfind(last, lo, n - 1)
+    while at >= 0:
+        unit = n - 1 - at
         run = max(MIN_RUN, MIN_COPIES * unit)
-        if len(value) < run:
-            return False
-        tail = value[-run:]
-        if tail[unit:] == tail[:-unit]:
-            return True
+        if n >= run:
+            tail = value[-run:]
+            if tail[unit:] == tail[:-unit]:
+                return True
+        at = value.rfind(last, lo, at)
     return False
 
 
@@ -76,6 +84,7 @@ class LoopGuard:
     def __init__(self, starts: Sequence[str] = (), required: Mapping[str, Sequence[str]] | None = None,
                  close_bias: float = 0.0):
         self.starts = tuple(s for s in starts if s)
+        self.firsts = "".join(dict.fromkeys(s[0] for s in self.starts))  # a start begins with one of these
         self.armed = not self.starts  # no starts: the whole answer is a call
         self.before = ""  # unarmed: the end of the text, where a start may be forming
         self.reader = CallReader()
@@ -120,6 +129,15 @@ class LoopGuard:
         return seen[at:]
 
     @property
+    def waiting(self) -> bool:
+        """Unarmed, with no call start forming at the end of the text read: text that holds none
+        of `firsts` then cannot arm the guard, and may go unread (toolbridge.logits.start_marks)."""
+        if self.armed:
+            return False
+        before = self.before
+        return not any(before.endswith(s[:k]) for s in self.starts for k in range(1, len(s)))
+
+    @property
     def in_string(self) -> bool:
         return self.reader.in_string
 
@@ -138,6 +156,11 @@ class LoopGuard:
         top = r.stack[-1]
         at_value_end = top.expect == AFTER or (r.in_string and top.expect == VALUE)
         return at_value_end and all(k in r.keys or k == top.key for k in self.required[r.name])
+
+    @property
+    def wants_top(self) -> bool:
+        """Whether `changes` asks for the model's highest-ranked token now."""
+        return bool(self.close_bias) and not self.looping and self.deciding
 
     def changes(self, top: Callable[[], str], quote: Sequence[int],
                 ending: Sequence[tuple[int, str]]) -> list[tuple[int, float]]:

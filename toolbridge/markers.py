@@ -134,6 +134,34 @@ class ContentGuard:
         return out
 
 
+class TurnCut:
+    """Text answered without tools (no parser in play), cut at the first chat turn marker: an
+    engine that keeps special tokens in its text (vLLM's /derender does when a tool parser is
+    configured) would otherwise show the model's `<|im_end|>` to the user."""
+
+    __slots__ = ("guard", "cut")
+
+    def __init__(self) -> None:
+        self.guard = ContentGuard(markers(()))  # no dialects: the table of turn markers alone
+        self.cut = False
+
+    def feed(self, text: str) -> str:
+        """What of this piece of text goes out now."""
+        if self.cut:
+            return ""
+        out, self.cut = self.guard.feed(text)
+        return out
+
+    def finish(self) -> str:
+        """The text has ended: what was held back."""
+        return "" if self.cut else self.guard.flush()
+
+    @classmethod
+    def whole(cls, text: str) -> str:
+        cut = cls()
+        return cut.feed(text) + cut.finish()
+
+
 class _Wait:
     pass
 

@@ -8,11 +8,13 @@ object, and other dialects' calls, only leave the reader where it was.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from .dialects import ARGS_KEYS, NAME_KEYS
 
 KEY, COLON, VALUE, AFTER = "key", "colon", "value", "after"  # what an object expects next
+_PLAIN = re.compile(r'[^"\\]+')  # inside a string: characters that neither end it nor escape
 
 
 @dataclass
@@ -47,8 +49,21 @@ class CallReader:
         return self.stack[-1].key if self.in_arguments else None
 
     def feed(self, text: str) -> None:
-        for c in text:
-            self.step(c)
+        i, n = 0, len(text)
+        while i < n:
+            if self.in_string:
+                if not self.escape:  # a string's plain run, read at once
+                    plain = _PLAIN.match(text, i)
+                    if plain is not None:
+                        self.value += plain.group()
+                        i = plain.end()
+                        continue
+            elif not self.stack:  # outside any object only an opening brace counts
+                i = text.find("{", i)
+                if i < 0:
+                    return
+            self.step(text[i])
+            i += 1
 
     def step(self, c: str) -> None:
         if self.in_string:

@@ -1,72 +1,313 @@
-"""toolbridge's per-request logit rules as one vLLM logits processor: the `auto` call steering
-(toolbridge.steer) and the guard of constrained calls (toolbridge.loops: loops, and optional
-arguments nobody asked for).
+"""toolbridge's per-token logit rule (toolbridge.logits.token_changes: the `auto` call steering and
+the guard of calls) as one vLLM batch logits processor.
 
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
 `--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unsteered and
 unguarded. It touches only requests whose sampling params carry the rules (set by the tool
-parser's adjust_request). vLLM applies the structured-output mask before logits processors, so a
-token the constraint forbids stays at -inf whatever is added here.
+parser's adjust_request; malformed ones are ignored). vLLM applies the structured-output mask before
+logits processors, so a token the constraint forbids stays at -inf whatever is added here.
+
+Per step it costs what the batch needs, not what it holds:
+- a request is kept only while a rule may still speak: steering within its horizon, or a guard;
+- an `auto` answer's guard, until a call starts, looks at each new token's id alone: only a token
+  whose text may begin a call start (toolbridge.logits.start_marks) is decoded and read, and the
+  tokens after it while a start may be forming;
+- the rule runs for the requests with steering in its horizon or an armed guard, each reading the
+  text of its new token from a table of token texts (no tokenizer call);
+- all of the step's changes go into the logits in one indexed add, the holds (`only`) in one masked
+  select, and the top token is read once, for the rows whose guard decides on it.
+Everything is decided on the CPU from the output token ids vLLM hands over (its lists, shared by
+reference, which it completes before logits processors run); the logits are only written, and read
+back at most once a step.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from typing import Any, Callable, Sequence
 
-from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+import torch
+from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from toolbridge.logits import start_marks, token_changes
 from toolbridge.loops import LoopGuard, closers, enders
 from toolbridge.steer import Steering
 
 
-class CallBias(AdapterLogitsProcessor):
+class _Answer:
+    """One request's rules and how far its guard has read its output."""
+
+    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks")
+
+    def __init__(self, ids: list[int], steering: Steering | None, guard: LoopGuard | None, marks: bytearray):
+        self.ids = ids  # vLLM's own list of the request's output token ids (it appends to it)
+        self.steering = steering
+        self.horizon = steering.horizon if steering is not None else 0
+        self.guard = guard
+        self.read = 0  # output tokens the guard has read
+        self.forming = False  # unarmed guard: a call start may be forming at the end of its text
+        self.marks = marks  # the tokens whose text may begin one of the guard's call starts
+
+    @property
+    def ruled(self) -> bool:
+        """Whether the rule may speak at this step: steering within its horizon, or an armed guard."""
+        return len(self.ids) < self.horizon or (self.guard is not None and self.guard.armed)
+
+    @property
+    def watching(self) -> bool:
+        return self.guard is not None and not self.guard.armed
+
+
+def _unasked() -> str:
+    """The top token's text where the guard does not decide on it (LoopGuard.wants_top): never read."""
+    return ""
+
+
+class _Step:
+    """One step's changes for the batch, written into the logits at once."""
+
+    __slots__ = ("logits", "vocab", "rows", "tokens", "values", "held_rows", "held")
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits
+        self.vocab = logits.shape[-1]
+        self.rows: list[int] = []
+        self.tokens: list[int] = []
+        self.values: list[float] = []
+        self.held_rows: list[int] = []
+        self.held: list[list[int]] = []
+
+    def add(self, row: int, changes: Sequence[tuple[int, float]], only: Sequence[int] | None) -> None:
+        vocab = self.vocab
+        for token, change in changes:
+            if 0 <= token < vocab:  # ids from a request's arguments: none outside the logits
+                self.rows.append(row)
+                self.tokens.append(token)
+                self.values.append(change)
+        if only is not None:
+            kept = [t for t in only if 0 <= t < vocab]
+            if kept:
+                self.held_rows.append(row)
+                self.held.append(kept)
+
+    def write(self, tensor: Callable[..., torch.Tensor]) -> None:
+        """Every change added in one indexed add; then each held row's other tokens set to -inf
+        where one of its held tokens at least is finite (else something else forbids them all and
+        the row is left as it is), in one masked select; nothing is read back."""
+        logits = self.logits
+        if self.rows:
+            logits.index_put_((tensor(self.rows), tensor(self.tokens)), tensor(self.values, logits.dtype),
+                              accumulate=True)
+        if self.held_rows:
+            at = tensor(self.held_rows)
+            sub = logits.index_select(0, at)
+            keep = torch.zeros_like(sub, dtype=torch.bool)
+            keep[tensor([i for i, kept in enumerate(self.held) for _ in kept]),
+                 tensor([t for kept in self.held for t in kept])] = True
+            held = sub.masked_fill(~keep, -math.inf)
+            logits.index_copy_(0, at, torch.where(held.isfinite().any(dim=-1, keepdim=True), held, sub))
+
+
+class CallBias(LogitsProcessor):
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool):
-        super().__init__(vllm_config, device, is_pin_memory)
         self._model_config = getattr(vllm_config, "model_config", None)
+        self._device = torch.device(device) if device is not None else torch.device("cpu")
+        self._pin = bool(is_pin_memory) and self._device.type != "cpu"
+        self._answers: dict[int, _Answer] = {}  # batch row -> its answer, while a rule may speak
+        self._watch: dict[int, _Answer] = {}  # ... whose guard waits for a call start
+        self._ruled: dict[int, _Answer] = {}  # ... which the rule may change at the next step
         self._tokenizer: Any = None
+        self._no_text = False  # no tokenizer could be loaded
+        self._texts: list[str] = []  # each token's text, by id
+        self._marks: dict[str, bytearray] = {}  # a guard's start characters -> start_marks
         self._closers: tuple[int, ...] = ()
         self._enders: tuple[tuple[int, str], ...] = ()
 
     def is_argmax_invariant(self) -> bool:
         return False
 
-    def _text(self) -> Callable[[list[int]], str]:
-        """The model's detokenizer (the guard reads text); loads its closing tokens too."""
+    # -- the model's text -----------------------------------------------------------------------
+    def _load_tokenizer(self) -> Any:
+        if self._model_config is None:
+            return None
+        from vllm.tokenizers import cached_tokenizer_from_config
+
+        return cached_tokenizer_from_config(self._model_config)
+
+    def _text_ready(self) -> bool:
+        """Whether the model's detokenizer is loaded (the guard reads text), with each token's
+        text and the guard's closing tokens; loads them once."""
         if self._tokenizer is None:
-            from vllm.tokenizers import cached_tokenizer_from_config
-
-            tok = cached_tokenizer_from_config(self._model_config)
-            encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
-            self._closers, self._enders = closers(encode), enders(encode, lambda t: tok.decode([t]))
+            if self._no_text:
+                return False
+            try:
+                tok = self._load_tokenizer()
+            except Exception:  # no tokenizer (the server runs without one): requests go unguarded
+                tok = None
+            if tok is None:
+                self._no_text = True
+                return False
             self._tokenizer = tok
-        return self._tokenizer.decode
+            self._texts = [tok.decode([t]) for t in range(len(tok))]
+            encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
+            self._closers, self._enders = closers(encode), enders(encode, self._token_text)
+        return True
 
-    def new_req_logits_processor(self, params: Any) -> Callable | None:
+    def _token_text(self, token: int) -> str:
+        texts = self._texts
+        return texts[token] if 0 <= token < len(texts) else self._decode([token])
+
+    def _decode(self, tokens: list[int]) -> str:
+        try:
+            return self._tokenizer.decode(tokens)
+        except Exception:  # an id the tokenizer does not know: no text
+            return ""
+
+    # -- the batch --------------------------------------------------------------------------------
+    def _new_answer(self, params: Any, output_ids: list[int]) -> _Answer | None:
         args = getattr(params, "extra_args", None)
-        steering, guard = Steering.from_args(args), LoopGuard.from_args(args)
-        if guard is not None and self._model_config is None:
+        try:
+            steering, guard = Steering.from_args(args), LoopGuard.from_args(args)
+        except Exception:  # arguments of nobody's making: ignored, as from_args ignores malformed ones
+            return None
+        if guard is not None and not self._text_ready():
             guard = None
         if steering is None and guard is None:
             return None
-        decode = self._text() if guard is not None else None
-        read = [0]  # output tokens the guard has read
+        marks = b""
+        if guard is not None and not guard.armed:
+            marks = self._marks.get(guard.firsts)
+            if marks is None:
+                marks = self._marks[guard.firsts] = start_marks(self._texts, guard.firsts)
+        answer = _Answer(output_ids, steering, guard, marks)
+        return answer if answer.ruled or answer.watching else None
 
-        def apply(output_ids: list[int], logits: Any) -> Any:
-            if steering is not None and len(output_ids) < steering.horizon:
-                for token, change in steering.changes(output_ids):
-                    logits[token] += change
-                only = steering.only(output_ids)
-                kept = logits[list(only)].clone() if only is not None else None
-                if kept is not None and bool(kept.isfinite().any()):  # else something else forbids them all
-                    logits.fill_(float("-inf"))
-                    logits[list(only)] = kept
-            if guard is not None:
-                new = [t for t in output_ids[read[0]:] if t >= 0]
-                read[0] = len(output_ids)
-                if new:
-                    guard.feed(decode(new))
-                for token, change in guard.changes(lambda: decode([int(logits.argmax())]), self._closers,
-                                                   self._enders):
-                    logits[token] += change
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        """Follow the batch's rows: removed, then added (an added row replaces what was there),
+        then moved (one way, or swapped)."""
+        if not batch_update:
+            return
+        tables = (self._answers, self._watch, self._ruled)
+        if self._answers:
+            for row in batch_update.removed:
+                for table in tables:
+                    table.pop(row, None)
+        for row, params, _, output_ids in batch_update.added:
+            for table in tables:
+                table.pop(row, None)
+            a = self._new_answer(params, output_ids)
+            if a is not None:
+                self._answers[row] = a
+                if a.watching:
+                    self._watch[row] = a
+                if a.ruled:
+                    self._ruled[row] = a
+        if self._answers:
+            for i, j, direction in batch_update.moved:
+                for table in tables:
+                    a, b = table.pop(i, None), table.pop(j, None)
+                    if a is not None:
+                        table[j] = a
+                    if b is not None and direction == MoveDirectionality.SWAP:
+                        table[i] = b
+
+    def apply(self, logits: torch.Tensor) -> torch.Tensor:
+        if not self._answers:
             return logits
+        if self._watch:
+            self._look()
+        ruled = self._ruled
+        if not ruled:
+            return logits
+        texts, closers, enders = self._texts, self._closers, self._enders
+        step = None
+        asks: list[int] = []  # rows whose guard decides on the model's top token
+        silent: list[int] = []
+        for row, a in ruled.items():
+            guard = a.guard
+            if guard is not None and guard.armed:  # the guard reads its call's new text
+                ids, read = a.ids, a.read
+                n = len(ids)
+                if n > read:
+                    token = ids[read]
+                    if n == read + 1 and 0 <= token < len(texts):
+                        a.read = n
+                        guard.feed(texts[token])
+                    else:
+                        self._read(a)
+                if guard.close_bias and guard.wants_top:
+                    asks.append(row)
+                    continue
+            elif len(a.ids) >= a.horizon:  # no call started, and steering has no more to say
+                silent.append(row)
+                continue
+            else:
+                guard = None
+            changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders)
+            if changes or only is not None:
+                step = step or _Step(logits)
+                step.add(row, changes, only)
+        for row in silent:
+            if not ruled.pop(row).watching:
+                del self._answers[row]
+        if asks:
+            asks.sort()
+            for row, top in zip(asks, self._top(logits, asks)):
+                a = ruled[row]
+                changes, only = token_changes(a.steering, a.ids, a.guard, lambda top=top: self._token_text(top),
+                                              closers, enders)
+                if changes or only is not None:
+                    step = step or _Step(logits)
+                    step.add(row, changes, only)
+        if step is not None:
+            step.write(self._tensor)
+        return logits
 
-        return apply
+    def _look(self) -> None:
+        """`auto` answers before their first call: a look at each new token's id; its text is read
+        only where it may begin a call start, or one may be forming."""
+        armed: list[int] = []
+        for row, a in self._watch.items():
+            ids, read = a.ids, a.read
+            n = len(ids)
+            if n == read:
+                continue
+            if n == read + 1 and not a.forming:
+                token = ids[read]
+                if token < len(a.marks) and not a.marks[token]:  # a placeholder, -1, reads the last mark: 0
+                    a.read = n
+                    continue
+            self._read(a)
+            if a.guard.armed:
+                armed.append(row)
+            else:
+                a.forming = not a.guard.waiting
+        for row in armed:  # a call started: the guard speaks from this step on
+            self._ruled[row] = self._watch.pop(row)
+
+    def _read(self, a: _Answer) -> None:
+        """Feed the guard the text of the answer's tokens it has not read (what the engine has
+        not yet filled in, -1, has no text)."""
+        ids = a.ids
+        new = [t for t in ids[a.read:] if t >= 0]
+        a.read = len(ids)
+        if new:
+            a.guard.feed(self._token_text(new[0]) if len(new) == 1 else self._decode(new))
+
+    def _tensor(self, data: Sequence, dtype: torch.dtype = torch.long) -> torch.Tensor:
+        t = torch.tensor(data, dtype=dtype, pin_memory=self._pin)
+        return t if self._device.type == "cpu" else t.to(self._device, non_blocking=True)
+
+    def _top(self, logits: torch.Tensor, rows: list[int]) -> list[int]:
+        """The highest-ranked token of each of `rows` (ascending), read back in one transfer: one
+        argmax over the rows' span where they fill half of it at least (a view, nothing copied),
+        else over the rows gathered."""
+        lo, hi = rows[0], rows[-1] + 1
+        if hi - lo == 1:
+            return [int(logits[lo].argmax())]
+        if 2 * len(rows) >= hi - lo:
+            best = logits[lo:hi].argmax(dim=-1).tolist()
+            return [best[r - lo] for r in rows]
+        return logits.index_select(0, self._tensor(rows)).argmax(dim=-1).tolist()
+
+
+__all__ = ["CallBias"]

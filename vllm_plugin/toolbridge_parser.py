@@ -15,6 +15,7 @@ from toolbridge.apis import responses
 from toolbridge.deltas import delta
 from toolbridge.families import renders_tools
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
+from toolbridge.markers import TurnCut
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.steer import Steering
 from toolbridge.stream import StreamParser
@@ -53,7 +54,7 @@ class ToolbridgeToolParser(ToolParser):
         except TypeError:  # releases before 0.12 take only the tokenizer
             super().__init__(tokenizer)
         self._stream: StreamParser | None = None
-        self._passthrough = False
+        self._passthrough: TurnCut | None = None  # a plain answer (no tools in play)
         self._finished = False
 
     # -- request ---------------------------------------------------------------------------
@@ -91,7 +92,7 @@ class ToolbridgeToolParser(ToolParser):
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
         req = _prepare(request, self.model_tokenizer) if request.tools else None
         if req is None or req.mode == PLAIN:
-            return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=model_output)
+            return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=TurnCut.whole(model_output))
         result = req.parse(model_output)
         calls = req.finished(result.calls)
         return ExtractedToolCallInformation(
@@ -104,14 +105,15 @@ class ToolbridgeToolParser(ToolParser):
     def extract_tool_calls_streaming(self, previous_text: str, current_text: str, delta_text: str,
                                      previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
                                      delta_token_ids: Sequence[int], request: Any) -> DeltaMessage | None:
-        if self._stream is None and not self._passthrough:
+        if self._stream is None and self._passthrough is None:
             req = _prepare(request, self.model_tokenizer) if request.tools else None
             if req is None or req.mode == PLAIN:
-                self._passthrough = True
+                self._passthrough = TurnCut()
             else:
                 self._stream = req.parser()
-        if self._passthrough:
-            return DeltaMessage(content=delta_text) if delta_text else None
+        if self._passthrough is not None:
+            text = self._passthrough.feed(delta_text)
+            return DeltaMessage(content=text) if text else None
         events = self._stream.feed(delta_text)
         eos = getattr(self.model_tokenizer, "eos_token_id", None)
         if eos is not None and eos in delta_token_ids:  # releases without finish_streaming()
@@ -120,6 +122,9 @@ class ToolbridgeToolParser(ToolParser):
 
     def finish_streaming(self) -> DeltaMessage | None:
         """The stream ended: what the core held back (a possible marker, a call to close)."""
+        if self._passthrough is not None:
+            text = self._passthrough.finish()
+            return DeltaMessage(content=text) if text else None
         return self._delta(self._finish()) if self._stream is not None else None
 
     def _finish(self) -> list[Event]:

@@ -1,0 +1,102 @@
+"""The per-token logit rule's core (toolbridge.logits, and what it reads: toolbridge.loops and
+toolbridge.reader): the shortcuts engines take to run it cheaply leave its answers unchanged."""
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolbridge.dialects import get_dialect
+from toolbridge.grammar import call_starts
+from toolbridge.logits import start_marks, token_changes
+from toolbridge.loops import MAX_UNIT, MIN_COPIES, MIN_RUN, LoopGuard, loops
+from toolbridge.reader import CallReader
+from toolbridge.steer import Steering
+
+ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
+STARTS = call_starts(get_dialect("tags"))
+REQUIRED = {"f": ["a"], "g": []}
+# pieces of model text: prose, JSON, call starts and their parts
+PIECES = st.sampled_from(["the", " ", "a", "<", "<tool", "_call>", "<tool_call>", "\n", '{"', "name", '": "', '"',
+                          ",", "f", "g", "arguments", '": {', "a", "}", "}}", "_2023", "\\", '\\"', "[", "]", "1",
+                          '{"name": "', "xy", ":"])
+
+
+def loops_before(value: str) -> bool:
+    """toolbridge.loops.loops as it was: every unit tried."""
+    for unit in range(1, MAX_UNIT + 1):
+        run = max(MIN_RUN, MIN_COPIES * unit)
+        if len(value) < run:
+            return False
+        tail = value[-run:]
+        if tail[unit:] == tail[:-unit]:
+            return True
+    return False
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="ab_0", max_size=20), st.text(alphabet="ab_0", min_size=1, max_size=40), st.integers(0, 30),
+       st.text(alphabet="ab_0", max_size=3))
+def test_loops_tries_fewer_units_with_the_same_answer(head, unit, copies, tail):
+    value = head + unit * copies + tail
+    assert loops(value) == loops_before(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=40))
+def test_reading_text_at_once_is_reading_it_character_by_character(pieces):
+    at_once, by_char = CallReader(), CallReader()
+    for piece in pieces:
+        at_once.feed(piece)
+        for c in piece:
+            by_char.step(c)
+        assert at_once == by_char
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=40))
+def test_a_waiting_guard_may_skip_text_without_a_starts_first_character(pieces):
+    """What engines that read tokens do (vllm_plugin.bias): while `waiting`, text holding none of
+    `firsts` goes unread; the guard arms at the same text and reads the same call."""
+    everything, skipping = LoopGuard(STARTS, REQUIRED, 2.0), LoopGuard(STARTS, REQUIRED, 2.0)
+    for piece in pieces:
+        everything.feed(piece)
+        if not (skipping.waiting and not any(c in piece for c in skipping.firsts)):
+            skipping.feed(piece)
+        assert (everything.armed, everything.reader) == (skipping.armed, skipping.reader)
+
+
+def test_start_marks_mark_the_tokens_a_start_may_begin_in():
+    texts = ["a", "<", "x{", "b<c", "\u00e9"]
+    assert start_marks(texts, "<{") == bytearray([0, 1, 1, 1, 0, 0])  # and a last 0, read by a placeholder -1
+    assert LoopGuard(STARTS).firsts == "<{" and LoopGuard().firsts == "" and not LoopGuard().waiting
+    g = LoopGuard(STARTS)
+    g.feed("so <tool")
+    assert not g.waiting  # a start may be forming: every text is read until it is not
+    g.feed(" no")
+    assert g.waiting
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=30), st.sampled_from(['",', ",", "}", "x", '"}}', "", " ,"]))
+def test_the_guard_asks_for_the_top_token_exactly_when_it_says_it_wants_it(pieces, top):
+    g = LoopGuard([], REQUIRED, 3.0)
+    g.feed("".join(pieces))
+    asked = []
+    g.changes(lambda: asked.append(1) or top, (1,), ((2, "}"),))
+    assert bool(asked) == g.wants_top
+
+
+def test_token_changes_is_steering_then_guard():
+    s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["get_weather", "get_time"])
+    g = LoopGuard([])
+    g.feed('{"q": "' + "ab" * 30)
+    assert token_changes(s, [], None, str, (9,), ()) == (s.changes([]), None)
+    opening = ENCODE('{"name": "get_')
+    assert token_changes(s, opening, None, str, (9,), ()) == ([], (ord("t"), ord("w")))
+    assert token_changes(None, opening, g, str, (9,), ()) == ([(9, 100.0)], None)
+    both = token_changes(s, [], g, str, (9,), ())
+    assert both == ([*s.changes([]), (9, 100.0)], None)
+    far = ENCODE("x" * s.horizon)
+    assert token_changes(s, far, None, str, (), ()) == ([], None)
+    result = ENCODE("<tool_")
+    assert token_changes(s, result, None, str, (), ()) == ([(ord("r"), -math.inf)], None)
