@@ -465,6 +465,16 @@ def test_split_chat_matrix(split):
     check_close(close)
 
 
+def test_split_load(split):
+    """16 requests at once through the three hops (required and auto, streamed and not): every one
+    completes and is the answer its cell must be, as one at a time."""
+    render, generate = split
+    jobs = {(i, name, stream): (lambda name=name, stream=stream: split_chat(render, generate, CELLS[name], stream))
+            for i in range(4) for name in ("required", "auto-steered") for stream in (False, True)}
+    for (_, name, stream), a in concurrently(jobs).items():
+        check_cell(name, a, split_plain=not stream)
+
+
 def test_derender_takes_the_request_as_adjust_request_left_it(split):
     """vLLM documents /derender's chat_request as the request after adjust_request: carrying
     toolbridge's own structural tag, it is still toolbridge's request there, in a process that never
