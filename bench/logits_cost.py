@@ -97,25 +97,32 @@ class OldCallBias(AdapterLogitsProcessor):
         read = [0]
 
         def apply(output_ids: list[int], logits: Any) -> Any:
-            if steering is not None and len(output_ids) < steering.horizon:
-                for token, change in steering.changes(output_ids):
-                    logits[token] += change
-                only = steering.only(output_ids)
-                kept = logits[list(only)].clone() if only is not None else None
-                if kept is not None and bool(kept.isfinite().any()):
-                    logits.fill_(float("-inf"))
-                    logits[list(only)] = kept
-            if guard is not None:
-                new = [t for t in output_ids[read[0]:] if t >= 0]
-                read[0] = len(output_ids)
-                if new:
-                    guard.feed(decode(new))
-                for token, change in guard.changes(lambda: decode([int(logits.argmax())]), self._closers,
-                                                   self._enders):
-                    logits[token] += change
+            read[0] = reference_step(steering, guard, output_ids, logits, read[0], decode, self._closers, self._enders)
             return logits
 
         return apply
+
+
+def reference_step(steering: Steering | None, guard: LoopGuard | None, output_ids: list[int], logits: Any, read: int,
+                   decode: Callable[[list[int]], str] | None, closer_ids: Any, ender_ids: Any) -> int:
+    """The old processor's rule for one row at one step, verbatim (tests/test_call_bias.py holds the
+    batch processor to it); returns how many output tokens the guard has now read."""
+    if steering is not None and len(output_ids) < steering.horizon:
+        for token, change in steering.changes(output_ids):
+            logits[token] += change
+        only = steering.only(output_ids)
+        kept = logits[list(only)].clone() if only is not None else None
+        if kept is not None and bool(kept.isfinite().any()):
+            logits.fill_(float("-inf"))
+            logits[list(only)] = kept
+    if guard is not None:
+        new = [t for t in output_ids[read:] if t >= 0]
+        read = len(output_ids)
+        if new:
+            guard.feed(decode(new))
+        for token, change in guard.changes(lambda: decode([int(logits.argmax())]), closer_ids, ender_ids):
+            logits[token] += change
+    return read
 
 
 class NewCallBias(CallBias):

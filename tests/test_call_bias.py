@@ -22,6 +22,7 @@ from toolbridge.grammar import call_starts  # noqa: E402
 from toolbridge.loops import LoopGuard, closers, enders  # noqa: E402
 from toolbridge.steer import Steering  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
+from bench.logits_cost import reference_step  # noqa: E402  (the old processor's rule, kept there verbatim)
 
 # A vocabulary of single characters and the merged pieces a real one has (`{"`, `",`, `<tool_`...).
 PIECES = [chr(c) for c in range(32, 127)] + ["\n", "<tool_call>", "<tool_", "call>", "response>", '{"', ' {"', "name",
@@ -75,23 +76,8 @@ class Reference:
         self.closers, self.enders = closers(ENCODE), enders(ENCODE, lambda t: TOK.decode([t]))
 
     def apply(self, output_ids, logits):
-        steering, guard = self.steering, self.guard
-        if steering is not None and len(output_ids) < steering.horizon:
-            for token, change in steering.changes(output_ids):
-                logits[token] += change
-            only = steering.only(output_ids)
-            kept = logits[list(only)].clone() if only is not None else None
-            if kept is not None and bool(kept.isfinite().any()):
-                logits.fill_(float("-inf"))
-                logits[list(only)] = kept
-        if guard is not None:
-            new = [t for t in output_ids[self.read:] if t >= 0]
-            self.read = len(output_ids)
-            if new:
-                guard.feed(TOK.decode(new))
-            for token, change in guard.changes(lambda: TOK.decode([int(logits.argmax())]), self.closers,
-                                               self.enders):
-                logits[token] += change
+        self.read = reference_step(self.steering, self.guard, output_ids, logits, self.read, TOK.decode,
+                                   self.closers, self.enders)
         return logits
 
 
