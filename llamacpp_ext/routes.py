@@ -67,7 +67,7 @@ class AgentRoutes:
             data = read_body(body)
             chat = route.chat_request(data)
         except BadRequest as e:
-            await send_json(send, 400, route.error(400, e))
+            await send_json(send, 400, route.error(e))
             return
         raw = json.dumps(chat).encode("utf-8")
         relay = _StreamRelay(route, send) if chat.get("stream") else _Relay(route, send)
@@ -110,9 +110,8 @@ class _Responses:
         return stream.error_event(error)
 
     @staticmethod
-    def error(status: int, e: BadRequest) -> dict:
-        return e.body() if status == 400 else {"error": {"message": e.message, "type": "server_error",
-                                                         "param": None, "code": None}}
+    def error(e: BadRequest) -> dict:
+        return e.body()
 
     @staticmethod
     def error_from_chat(status: int, body: dict) -> dict:
@@ -140,8 +139,8 @@ class _Messages:
         return stream.error_event(status, _message(error))
 
     @staticmethod
-    def error(status: int, e: BadRequest) -> dict:
-        return anthropic.error_body(status, e.message)
+    def error(e: BadRequest) -> dict:
+        return anthropic.error_body(400, e.message)
 
     @staticmethod
     def error_from_chat(status: int, body: dict) -> dict:
@@ -170,15 +169,26 @@ class _Relay:
             self.chunks.append(message.get("body", b""))
 
     async def done(self) -> None:
-        try:
-            body = json.loads(b"".join(self.chunks) or b"{}")
-        except ValueError:
-            body = {"error": {"message": b"".join(self.chunks).decode("utf-8", "replace")}}
+        body = _parse(self.chunks)
         if self.status != 200 or not isinstance(body, dict) or "choices" not in body:
-            await send_json(self.downstream, self.status if self.status != 200 else 500,
-                            self.route.error_from_chat(self.status, body if isinstance(body, dict) else {}))
+            await _send_error(self.route, self.downstream, self.status, body)
             return
         await send_json(self.downstream, 200, self.route.answer(body))
+
+
+def _parse(chunks: list[bytes]) -> Any:
+    """The chat route's JSON body (its text as an error message when it is not JSON)."""
+    raw = b"".join(chunks)
+    try:
+        return json.loads(raw or b"{}")
+    except ValueError:
+        return {"error": {"message": raw.decode("utf-8", "replace")}}
+
+
+async def _send_error(route: Any, send: Callable, status: int | None, body: Any) -> None:
+    """The chat route's error, or a body that is no answer (a 500), in the API's error shape."""
+    status = status if status and status != 200 else 500
+    await send_json(send, status, route.error_from_chat(status, body if isinstance(body, dict) else {}))
 
 
 class _StreamRelay:
@@ -232,12 +242,7 @@ class _StreamRelay:
 
     async def done(self) -> None:
         if not self.streaming:
-            try:
-                body = json.loads(b"".join(self.error_chunks) or b"{}")
-            except ValueError:
-                body = {"error": {"message": b"".join(self.error_chunks).decode("utf-8", "replace")}}
-            status = self.status if self.status and self.status != 200 else 500
-            await send_json(self.downstream, status, self.route.error_from_chat(status, body if isinstance(body, dict) else {}))
+            await _send_error(self.route, self.downstream, self.status, _parse(self.error_chunks))
             return
         await self._emit(self.route.finish(self.stream))
         await self.downstream({"type": "http.response.body", "body": b"", "more_body": False})

@@ -114,9 +114,13 @@ class ToolRequest:
     options: Options
     parallel: bool
     mode: str
-    steer: bool  # the `auto` steering applies (toolbridge.steer)
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
     steer_bias: float = 0.0  # the steering's bias: call_bias after a user turn, result_bias after tool results
+
+    @property
+    def steer(self) -> bool:
+        """The `auto` steering applies (toolbridge.steer)."""
+        return self.mode == LAZY and self.steer_bias != 0
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -204,8 +208,7 @@ def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: S
     if mode != PLAIN:
         stops += options.dialect.stop
     steer_bias = options.call_bias if follows_user_turn(messages) else options.result_bias
-    steer = mode == LAZY and steer_bias != 0
-    return ToolRequest(ts, choice, options, parallel_tool_calls is not False, mode, steer,
+    return ToolRequest(ts, choice, options, parallel_tool_calls is not False, mode,
                        tuple(dict.fromkeys(s for s in stops if s)), steer_bias)
 
 

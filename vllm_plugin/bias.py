@@ -218,22 +218,15 @@ class CallBias(LogitsProcessor):
         ruled = self._ruled
         if not ruled:
             return logits
-        texts, closers, enders = self._texts, self._closers, self._enders
+        closers, enders = self._closers, self._enders
         step = None
         asks: list[int] = []  # rows whose guard decides on the model's top token
         silent: list[int] = []
         for row, a in ruled.items():
             guard = a.guard
             if guard is not None and guard.armed:  # the guard reads its call's new text
-                ids, read = a.ids, a.read
-                n = len(ids)
-                if n > read:
-                    token = ids[read]
-                    if n == read + 1 and 0 <= token < len(texts):
-                        a.read = n
-                        guard.feed(texts[token])
-                    else:
-                        self._read(a)
+                if len(a.ids) > a.read:
+                    self._read(a)
                 if guard.close_bias and guard.wants_top:
                     asks.append(row)
                     continue
@@ -287,9 +280,13 @@ class CallBias(LogitsProcessor):
     def _read(self, a: _Answer) -> None:
         """Feed the guard the text of the answer's tokens it has not read (what the engine has
         not yet filled in, -1, has no text)."""
-        ids = a.ids
-        new = [t for t in ids[a.read:] if t >= 0]
-        a.read = len(ids)
+        ids, read = a.ids, a.read
+        a.read = n = len(ids)
+        if n == read + 1:  # the usual step: one new token, its text from the table
+            if ids[read] >= 0:
+                a.guard.feed(self._token_text(ids[read]))
+            return
+        new = [t for t in ids[read:] if t >= 0]
         if new:
             a.guard.feed(self._token_text(new[0]) if len(new) == 1 else self._decode(new))
 

@@ -64,10 +64,7 @@ install()  # at import: spawned children import this module again and get it too
 
 def main(argv: list[str] | None = None) -> None:
     """vLLM's CLI main, unchanged, with `argv` (default: this process's arguments)."""
-    if argv is not None:
-        sys.argv = ["vllm", *argv]
-    else:
-        sys.argv = ["vllm", *sys.argv[1:]]
+    sys.argv = ["vllm", *(sys.argv[1:] if argv is None else argv)]
     from vllm.entrypoints.cli.main import main as vllm_main
 
     vllm_main()

@@ -85,6 +85,16 @@ def structural_tag(req: ToolRequest) -> str | None:
                             lambda: constrain(req.tools, req.choice, build))
 
 
+# Structured-output constraints other than a structural tag.
+OTHER_CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object")
+
+
+def only_tag(so: Any) -> str | None:
+    """The structural tag of structured-output params whose sole constraint it is, else None."""
+    tag = getattr(so, "structural_tag", None)
+    return tag if tag is not None and not any(getattr(so, k, None) for k in OTHER_CONSTRAINTS) else None
+
+
 def memoize_validation() -> None:
     """Remember the structural tags vLLM's request validation accepted (it converts the tag
     with xgrammar on every request; the verdict depends only on the tag's text). Only a request
@@ -100,15 +110,12 @@ def memoize_validation() -> None:
     passed: OrderedDict[str, None] = OrderedDict()
 
     def validate_xgrammar_grammar(sampling_params: Any) -> None:
-        so = getattr(sampling_params, "structured_outputs", None)
-        tag = getattr(so, "structural_tag", None)
-        only_tag = tag is not None and not any(getattr(so, k, None) for k in ("json", "regex", "choice", "grammar",
-                                                                                "json_object"))
-        if only_tag and tag in passed:
+        tag = only_tag(getattr(sampling_params, "structured_outputs", None))
+        if tag is not None and tag in passed:
             passed.move_to_end(tag)
             return
         original(sampling_params)
-        if only_tag:
+        if tag is not None:
             passed[tag] = None
             while len(passed) > 64:
                 passed.popitem(last=False)

@@ -19,7 +19,7 @@ from toolbridge.markers import TurnCut
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.steer import Steering
 from toolbridge.stream import StreamParser
-from vllm_plugin.constraint import memoize_validation, structural_tag
+from vllm_plugin.constraint import OTHER_CONSTRAINTS, memoize_validation, only_tag, structural_tag
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -157,23 +157,17 @@ def _prepare(request: Any, tokenizer: Any) -> ToolRequest:
     try:
         kw = dict(_chat_fields(request), template_kwargs=getattr(request, "chat_template_kwargs", None),
                   tool_trained=_tool_trained(tokenizer))
-        user = _user_constrained(request)
-        own = _own_constraint(request, kw) if user else None
-        return own if own is not None else prepare(**kw, user_constraint=user)
+        user = _user_constraint(request)
+        own = _own_plan(kw, user) if isinstance(user, str) else None
+        return own if own is not None else prepare(**kw, user_constraint=bool(user))
     except BadRequest as e:
         raise ValueError(e.message) from None
 
 
-def _own_constraint(request: Any, kw: dict) -> ToolRequest | None:
-    """The request's plan when its only constraint is the structural tag toolbridge itself sets
-    for it, carried in from another process: vLLM's render / derender split hands /derender the
+def _own_plan(kw: dict, tag: str) -> ToolRequest | None:
+    """The request's plan when its sole constraint, `tag`, is the structural tag toolbridge itself
+    sets for it, carried in from another process: vLLM's render / derender split hands /derender the
     request as adjust_request left it, and `_OURS` knows only this process's objects."""
-    so = getattr(request, "structured_outputs", None)
-    tag = getattr(so, "structural_tag", None)
-    rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
-    if not tag or any(getattr(so, k, None) for k in ("json", "regex", "choice", "grammar", "json_object")) \
-            or (rf is not None and getattr(rf, "type", "text") != "text"):
-        return None
     try:
         req = prepare(**kw, user_constraint=False)
     except BadRequest:
@@ -231,15 +225,18 @@ def _steering(tokenizer: Any, req: ToolRequest) -> Steering:
 _OURS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
 
 
-def _user_constrained(request: Any) -> bool:
+def _user_constraint(request: Any) -> bool | str:
+    """Whether the user constrained the answer themselves (response_format, a Responses text
+    format, structured outputs), not counting the constraint adjust_request set in this process;
+    a structural tag that is the sole constraint is returned, since it may be toolbridge's own from
+    another process (`_own_plan`)."""
     rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
     if rf is not None and getattr(rf, "type", "text") != "text":
         return True
     so = getattr(request, "structured_outputs", None)
-    if so is not None and _OURS.get(id(so)) is so:
+    if so is None or _OURS.get(id(so)) is so:
         return False
-    return so is not None and any(getattr(so, k, None) for k in
-                                  ("json", "regex", "choice", "grammar", "json_object", "structural_tag"))
+    return only_tag(so) or any(getattr(so, k, None) for k in (*OTHER_CONSTRAINTS, "structural_tag"))
 
 
 def register() -> None:
