@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolbridge import BadRequest
@@ -217,3 +217,37 @@ def test_writers_cut_off_and_named():
         "role": "assistant", "content": None, "tool_calls": COMPLETION["choices"][0]["message"]["tool_calls"][:1]}}]}
     assert anthropic.message(named, {})["stop_reason"] == "tool_use"
     assert anthropic.message(named, {})["content"][0]["id"].startswith("toolu_")
+
+
+JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=8)),
+                    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                            st.dictionaries(st.sampled_from(
+                                                ["type", "role", "content", "input", "tools", "text", "format",
+                                                 "source", "name", "call_id", "output", "tool_choice", "messages",
+                                                 "max_tokens", "system", "parameters", "arguments", "tool_use_id"]),
+                                                inner, max_size=4)),
+                    max_leaves=12)
+
+
+BASES = {"responses": ({"input": "hi"}, "input"),
+         "messages": ({"max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}, "messages")}
+
+
+@settings(max_examples=600, deadline=None)
+@example("responses", {"text": {"format": "x"}}, [])  # each once a 500
+@example("responses", {}, [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}, 5]}])
+@example("messages", {}, [{"type": "image", "source": "x"}])
+@given(st.sampled_from(["responses", "messages"]), st.dictionaries(st.sampled_from(
+    ["text", "tools", "tool_choice", "instructions", "system", "input", "messages", "stop_sequences",
+     "parallel_tool_calls", "previous_response_id"]), JSON, max_size=3), st.lists(JSON, max_size=3))
+def test_readers_raise_only_bad_request(api, fields, items):
+    """A valid body with any fields and any input items or turns: a chat request or a BadRequest
+    (a 400), never another exception (a 500)."""
+    base, key = BASES[api]
+    body = {**base, **fields}
+    if items and key not in fields:
+        body[key] = items if api == "responses" else [{"role": "user", "content": items}]
+    try:
+        (check_responses if api == "responses" else check_messages)(body)
+    except BadRequest:
+        pass

@@ -97,6 +97,8 @@ def chat_turn(turn: Any, where: str) -> list[dict]:
             results.append({"role": "tool", "tool_call_id": string_field(block, "tool_use_id", at), "content": text})
         elif kind == "image" and role == "user":
             src = block.get("source") or {}
+            if not isinstance(src, Mapping):
+                raise BadRequest(f"{at}.source must be an object.", param=f"{at}.source")
             url = src.get("url") if src.get("type") == "url" else f"data:{src.get('media_type')};base64,{src.get('data')}"
             images.append({"type": "image_url", "image_url": {"url": url}})
         else:

@@ -61,6 +61,8 @@ def chat_request(body: Mapping[str, Any], history: list[dict] | None = None) -> 
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
     fmt = ((body.get("text") or {}).get("format") or {}) if isinstance(body.get("text"), Mapping) else {}
+    if not isinstance(fmt, Mapping):
+        raise BadRequest("text.format must be an object.", param="text.format")
     if fmt.get("type") == "json_schema":
         chat["response_format"] = {"type": "json_schema", "json_schema": {
             k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
@@ -88,9 +90,12 @@ def chat_messages(items: list[dict], continued: bool = False) -> list[dict]:
     tool message. `continued`: the calls of an earlier response the engine keeps are answered
     here; each stands in this history as the call its result answers."""
     messages: list[dict] = []
-    called = {i.get("call_id") for i in items if i.get("type") in ("function_call", "custom_tool_call")}
+    called = {i.get("call_id") for i in items
+              if i.get("type") in ("function_call", "custom_tool_call") and isinstance(i.get("call_id"), str)}
     for i, item in enumerate(items):
         kind = item.get("type", "message")
+        if not isinstance(kind, str):
+            raise BadRequest(f"input[{i}].type must be a string.", param=f"input[{i}].type")
         where = f"input[{i}]"
         if kind == "message":
             role = item.get("role")
@@ -140,7 +145,7 @@ def message_content(content: Any, role: str, where: str) -> Any:
     if role == "user" and any(isinstance(p, Mapping) and p.get("type") == "input_image" for p in content):
         parts = []
         for p in content:
-            if p.get("type") == "input_image":
+            if isinstance(p, Mapping) and p.get("type") == "input_image":
                 parts.append({"type": "image_url", "image_url": {"url": p.get("image_url")}})
             else:
                 parts.append({"type": "text", "text": _text_parts([p], where)})
