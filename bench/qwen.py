@@ -57,7 +57,7 @@ def gguf_path() -> Path:
 
 def hf_copy() -> Path:
     """A Hugging Face copy for vLLM (transformers dequantizes the GGUF once)."""
-    from vllm_plugin.smollm2 import hf_copy as convert
+    from toolbridge.serving.models import hf_copy as convert
 
     return convert(cache() / "qwen2.5-coder-0.5b-instruct-hf", src=gguf_path())
 

@@ -61,7 +61,7 @@ def vllm_figures(pool: list[dict], repeats: int, firsts: int) -> dict:
 
     from toolbridge.request import toolset
     from vllm_plugin import ToolbridgeToolParser
-    from vllm_plugin.smollm2 import hf_copy
+    from toolbridge.serving.models import hf_copy
 
     tokenizer = AutoTokenizer.from_pretrained(hf_copy())
     out = {}

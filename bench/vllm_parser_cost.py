@@ -22,7 +22,7 @@ from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionReque
 from vllm.parser import ParserManager  # noqa: E402
 
 import vllm_plugin  # noqa: E402,F401  (registers toolbridge)
-from vllm_plugin.smollm2 import gguf_path  # noqa: E402
+from toolbridge.serving.models import gguf_path  # noqa: E402
 
 
 def deltas_for(tok, text: str) -> list[tuple[str, list[int]]]:

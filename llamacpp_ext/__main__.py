@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 
-from toolbridge.embedded import gguf_path
+from toolbridge.serving.models import gguf_path
 
 
 def default_model() -> str:

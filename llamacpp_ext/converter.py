@@ -11,7 +11,7 @@ import logging
 import math
 from typing import Any
 
-from toolbridge.data import json_string
+from toolbridge.jsondata import json_string
 from toolbridge.schema import engine_schema, resolve_ref
 
 from .compat import INVALID_RULE_CHARS_RE, RESERVED_NAMES, BuiltinRule, ConverterBase

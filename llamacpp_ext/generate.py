@@ -27,7 +27,7 @@ import numpy as np
 from llama_cpp import LlamaGrammar
 
 from toolbridge.logits import token_changes
-from toolbridge.loops import LoopGuard
+from toolbridge.callguard import CallGuard
 from toolbridge.steer import Steering
 
 from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
@@ -129,10 +129,10 @@ class Sampler:
 
 @dataclass
 class Guard:
-    """An answer's loop guard (toolbridge.loops), the model's string-closing and
+    """An answer's loop guard (toolbridge.callguard), the model's string-closing and
     arguments-ending tokens, and its token texts."""
 
-    state: LoopGuard
+    state: CallGuard
     closers: tuple[int, ...]
     enders: tuple[tuple[int, str], ...] = ()
     text: Callable[[int], str] = str

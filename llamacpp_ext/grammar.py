@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from toolbridge.data import json_string
+from toolbridge.jsondata import json_string
 from toolbridge.dialects import Dialect
 from toolbridge.errors import BadRequest
 from toolbridge.grammar import Entry, constrain, frames, separator

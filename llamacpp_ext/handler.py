@@ -19,11 +19,11 @@ import llama_cpp
 from llama_cpp import LlamaGrammar
 
 from toolbridge import BadRequest
-from toolbridge.data import plain_data
+from toolbridge.jsondata import plain_data
 from toolbridge.deltas import delta, message
 from toolbridge.events import CallEnd, Content, Event
 from toolbridge.grammar import Entry
-from toolbridge.loops import LoopGuard, closers, enders
+from toolbridge.callguard import CallGuard, closers, enders
 from toolbridge.parse import collect
 from toolbridge.request import LAZY, PLAIN, STRICT, ToolRequest, prepare
 from toolbridge.steer import Steering
@@ -159,7 +159,7 @@ def _steering(llama: llama_cpp.Llama, req: ToolRequest) -> Steering:
 _CLOSERS: dict[int, tuple[tuple[int, ...], tuple[tuple[int, str], ...]]] = {}
 
 
-def _guard(llama: llama_cpp.Llama, state: LoopGuard) -> Guard:
+def _guard(llama: llama_cpp.Llama, state: CallGuard) -> Guard:
     """The answer's guard with the model's string-closing and arguments-ending tokens."""
     def text(token: int) -> str:
         return llama.detokenize([token]).decode("utf-8", "replace")

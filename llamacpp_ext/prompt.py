@@ -20,9 +20,9 @@ from typing import Any, Sequence
 import jinja2
 import llama_cpp
 
-from toolbridge.data import plain_data
+from toolbridge.jsondata import plain_data
 from toolbridge.dialects import Dialect
-from toolbridge.families import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
+from toolbridge.chat_templates import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
 from toolbridge.options import KEYS, resolve
 from toolbridge.render import compile_template, tools_instruction
 from toolbridge.request import PLAIN, ToolRequest

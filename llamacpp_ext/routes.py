@@ -19,7 +19,7 @@ from typing import Any, Callable
 from toolbridge.apis import anthropic, responses
 from toolbridge.apis.fields import new_id
 from toolbridge.errors import BadRequest
-from toolbridge.guard import read_body, receive_body, replay, send_json, with_body
+from toolbridge.serving.asgi import read_body, receive_body, replay, send_json, with_body
 
 CHAT_PATH = "/v1/chat/completions"
 STORE_SIZE = 256

@@ -29,7 +29,7 @@ from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
 from llama_cpp.server.types import CreateChatCompletionRequest
 from pydantic import ValidationError
 from toolbridge import BadRequest
-from toolbridge.guard import RequestGuard, check_request, send_json
+from toolbridge.serving.asgi import RequestCheck, check_request, send_json
 from toolbridge.tools import EMPTY_PARAMETERS
 
 from . import HANDLER_NAME, register
@@ -38,7 +38,7 @@ from .prompt import check_options
 from .routes import AgentRoutes
 
 
-class ToolbridgeMiddleware(RequestGuard):
+class ToolbridgeMiddleware(RequestCheck):
     """The core's request guard, plus the stock request model's validation and the rewrites
     that make OpenAI clients' requests acceptable to it."""
 

@@ -164,13 +164,13 @@ def test_llamacpp_cut_off_call_is_no_call():
     assert r["choices"][0]["finish_reason"] == "length" and "tool_calls" not in r["choices"][0]["message"]
 
 
-# -- the request guard (toolbridge.guard), as an ASGI app in front of a recording app ---------------
+# -- the request guard (toolbridge.serving.asgi), as an ASGI app in front of a recording app ---------------
 
 def guarded(body: bytes, guard_class=None) -> tuple[int, dict | None, bytes | None]:
     """(status, error body, what the app behind received) for one POST through the guard."""
     import asyncio
 
-    from toolbridge.guard import RequestGuard
+    from toolbridge.serving.asgi import RequestCheck
 
     seen: dict = {}
 
@@ -189,7 +189,7 @@ def guarded(body: bytes, guard_class=None) -> tuple[int, dict | None, bytes | No
         sent.append(message)
 
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    asyncio.run((guard_class or RequestGuard)(app)(scope, receive, send))
+    asyncio.run((guard_class or RequestCheck)(app)(scope, receive, send))
     status = sent[0]["status"]
     return status, json.loads(sent[1]["body"]) if status != 200 else None, seen.get("body")
 
@@ -220,7 +220,7 @@ def test_a_template_that_renders_tools_marks_a_tool_trained_model():
     """Both engines read the model's own template this way (llama.cpp: the GGUF's; vLLM: the
     tokenizer's) to pick the defaults measured for such models (toolbridge.options.DEFAULTS)."""
     from toolbridge.dialects import get_dialect
-    from toolbridge.families import FAMILIES, renders_tools, writes_calls
+    from toolbridge.chat_templates import FAMILIES, renders_tools, writes_calls
 
     assert renders_tools(QWEN_LIKE) and writes_calls(QWEN_LIKE, get_dialect("tags"))
     lists_only = QWEN_LIKE.replace("<tool_call>\n{{ tc.function | tojson }}\n</tool_call>", "{{ tc.function.name }}")
@@ -239,7 +239,7 @@ def test_llamacpp_native_template_takes_only_a_tool_capable_one():
 
     from llamacpp_ext.prompt import native_template, object_arguments
     from toolbridge.dialects import get_dialect
-    from toolbridge.families import FAMILIES
+    from toolbridge.chat_templates import FAMILIES
 
     def model(src):
         return SimpleNamespace(metadata={"tokenizer.chat_template": src} if src else {})

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from toolbridge import BadRequest
 from toolbridge.apis import anthropic, responses
-from toolbridge.guard import check_messages, check_responses
+from toolbridge.serving.asgi import check_messages, check_responses
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}

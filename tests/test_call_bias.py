@@ -19,7 +19,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 
 from toolbridge.dialects import get_dialect  # noqa: E402
 from toolbridge.grammar import call_starts  # noqa: E402
-from toolbridge.loops import LoopGuard, closers, enders  # noqa: E402
+from toolbridge.callguard import CallGuard, closers, enders  # noqa: E402
 from toolbridge.steer import Steering  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
 from bench.logits_cost import reference_step  # noqa: E402  (the old processor's rule, kept there verbatim)
@@ -71,7 +71,7 @@ class Reference:
     """vllm_plugin/bias.py's per-request rule before the batch processor, one row at a time."""
 
     def __init__(self, args):
-        self.steering, self.guard = Steering.from_args(args), LoopGuard.from_args(args)
+        self.steering, self.guard = Steering.from_args(args), CallGuard.from_args(args)
         self.read = 0
         self.closers, self.enders = closers(ENCODE), enders(ENCODE, lambda t: TOK.decode([t]))
 
@@ -86,8 +86,8 @@ def steering(bias=5.0):
 
 
 def args(kind, close=0.0):
-    lazy = LoopGuard(call_starts(get_dialect("tags")), REQUIRED, close)
-    return {"auto": {**steering().to_args(), **lazy.to_args()}, "required": LoopGuard([], REQUIRED, close).to_args(),
+    lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED, close)
+    return {"auto": {**steering().to_args(), **lazy.to_args()}, "required": CallGuard([], REQUIRED, close).to_args(),
             "steer": steering().to_args(), "guard": lazy.to_args(), "plain": {}}[kind]
 
 
@@ -216,10 +216,10 @@ def test_the_rules_are_seen_to_act():
     """The sequences above do exercise each rule (so the comparisons mean something)."""
     s, ids = steering(), ENCODE('{"name": "get_')
     assert s.changes([]) and s.only(ids) == tuple(sorted([ID["t"], ID["weather"]]))
-    g = LoopGuard([], REQUIRED, 5.5)
+    g = CallGuard([], REQUIRED, 5.5)
     g.feed('{"name": "search", "arguments": {"query": "lasagna')
     assert g.wants_top and g.changes(lambda: '",', (), enders(ENCODE, lambda t: PIECES[t]))
-    g = LoopGuard([])
+    g = CallGuard([])
     g.feed('{"q": "NVDA' + "_2023" * 12)
     assert g.looping
 

@@ -73,7 +73,7 @@ RENDER_CASES = {
 
 
 def gguf() -> str:
-    from toolbridge.embedded import gguf_path
+    from toolbridge.serving.models import gguf_path
 
     return str(gguf_path())
 

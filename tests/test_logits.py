@@ -1,5 +1,5 @@
-"""The per-token logit rule's core (toolbridge.logits, and what it reads: toolbridge.loops and
-toolbridge.reader): the shortcuts engines take to run it cheaply leave its answers unchanged."""
+"""The per-token logit rule's core (toolbridge.logits, and what it reads: toolbridge.callguard and
+toolbridge.callreader): the shortcuts engines take to run it cheaply leave its answers unchanged."""
 import math
 
 from hypothesis import given, settings
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from toolbridge.dialects import get_dialect
 from toolbridge.grammar import call_starts
 from toolbridge.logits import start_marks, token_changes
-from toolbridge.loops import MAX_UNIT, MIN_COPIES, MIN_RUN, LoopGuard, loops
-from toolbridge.reader import CallReader
+from toolbridge.callguard import MAX_UNIT, MIN_COPIES, MIN_RUN, CallGuard, loops
+from toolbridge.callreader import CallReader
 from toolbridge.steer import Steering
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
@@ -22,7 +22,7 @@ PIECES = st.sampled_from(["the", " ", "a", "<", "<tool", "_call>", "<tool_call>"
 
 
 def loops_before(value: str) -> bool:
-    """toolbridge.loops.loops as it was: every unit tried."""
+    """toolbridge.callguard.loops as it was: every unit tried."""
     for unit in range(1, MAX_UNIT + 1):
         run = max(MIN_RUN, MIN_COPIES * unit)
         if len(value) < run:
@@ -57,7 +57,7 @@ def test_reading_text_at_once_is_reading_it_character_by_character(pieces):
 def test_a_waiting_guard_may_skip_text_without_a_starts_first_character(pieces):
     """What engines that read tokens do (vllm_plugin.bias): while `waiting`, text holding none of
     `firsts` goes unread; the guard arms at the same text and reads the same call."""
-    everything, skipping = LoopGuard(STARTS, REQUIRED, 2.0), LoopGuard(STARTS, REQUIRED, 2.0)
+    everything, skipping = CallGuard(STARTS, REQUIRED, 2.0), CallGuard(STARTS, REQUIRED, 2.0)
     for piece in pieces:
         everything.feed(piece)
         if not (skipping.waiting and not any(c in piece for c in skipping.firsts)):
@@ -68,8 +68,8 @@ def test_a_waiting_guard_may_skip_text_without_a_starts_first_character(pieces):
 def test_start_marks_mark_the_tokens_a_start_may_begin_in():
     texts = ["a", "<", "x{", "b<c", "\u00e9"]
     assert start_marks(texts, "<{") == bytearray([0, 1, 1, 1, 0, 0])  # and a last 0, read by a placeholder -1
-    assert LoopGuard(STARTS).firsts == "<{" and LoopGuard().firsts == "" and not LoopGuard().waiting
-    g = LoopGuard(STARTS)
+    assert CallGuard(STARTS).firsts == "<{" and CallGuard().firsts == "" and not CallGuard().waiting
+    g = CallGuard(STARTS)
     g.feed("so <tool")
     assert not g.waiting  # a start may be forming: every text is read until it is not
     g.feed(" no")
@@ -79,7 +79,7 @@ def test_start_marks_mark_the_tokens_a_start_may_begin_in():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(PIECES, max_size=30), st.sampled_from(['",', ",", "}", "x", '"}}', "", " ,"]))
 def test_the_guard_asks_for_the_top_token_exactly_when_it_says_it_wants_it(pieces, top):
-    g = LoopGuard([], REQUIRED, 3.0)
+    g = CallGuard([], REQUIRED, 3.0)
     g.feed("".join(pieces))
     asked = []
     g.changes(lambda: asked.append(1) or top, (1,), ((2, "}"),))
@@ -88,7 +88,7 @@ def test_the_guard_asks_for_the_top_token_exactly_when_it_says_it_wants_it(piece
 
 def test_token_changes_is_steering_then_guard():
     s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["get_weather", "get_time"])
-    g = LoopGuard([])
+    g = CallGuard([])
     g.feed('{"q": "' + "ab" * 30)
     assert token_changes(s, [], None, str, (9,), ()) == (s.changes([]), None)
     opening = ENCODE('{"name": "get_')

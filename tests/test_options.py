@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolbridge.dialects import get_dialect
-from toolbridge.loops import MIN_RUN, LoopGuard, closers, enders, loops
+from toolbridge.callguard import MIN_RUN, CallGuard, closers, enders, loops
 from toolbridge.options import DEFAULT_CALL_BIAS, DEFAULTS, resolve
 from toolbridge.request import prepare
 from toolbridge.steer import Steering, follows_user_turn
@@ -97,7 +97,7 @@ def test_steering_only_answers_a_user_turn():
     assert not follows_user_turn([])
 
 
-# -- the loop guard (toolbridge.loops) -------------------------------------------------------------
+# -- the loop guard (toolbridge.callguard) -------------------------------------------------------------
 
 @pytest.mark.parametrize("value", ["NVDA_SCOPE_1_2_2023" + "_2023" * 10, "https://x.com/search" + "/v/search_web" * 4,
                                    "1548." + "00000000000001222." * 3, "0" * MIN_RUN])
@@ -113,7 +113,7 @@ def test_a_string_that_only_contains_a_repeat_does_not(value):
 
 
 def test_the_guard_reads_json_strings_after_a_call_starts():
-    g = LoopGuard(["<tool_call>", '{"name": "'])
+    g = CallGuard(["<tool_call>", '{"name": "'])
     g.feed('I will say "' + "la " * 30)  # quoted prose before any call: not read
     assert not g.armed and not g.looping
     g.feed('<tool_c')
@@ -128,15 +128,15 @@ def test_the_guard_reads_json_strings_after_a_call_starts():
 
 
 def test_escaped_quotes_do_not_end_the_string():
-    g = LoopGuard()  # no starts: the whole answer is a call
+    g = CallGuard()  # no starts: the whole answer is a call
     g.feed('{"q": "a \\"b\\" ' + "xy" * 30)
     assert g.in_string and g.looping
 
 
 def test_the_guard_travels_as_request_arguments_and_closes_with_quote_tokens():
-    assert LoopGuard.from_args({}) is None
-    assert LoopGuard.from_args(LoopGuard(["<tool_call>"]).to_args()).starts == ("<tool_call>",)
-    assert LoopGuard.from_args(LoopGuard().to_args()).armed
+    assert CallGuard.from_args({}) is None
+    assert CallGuard.from_args(CallGuard(["<tool_call>"]).to_args()).starts == ("<tool_call>",)
+    assert CallGuard.from_args(CallGuard().to_args()).armed
     assert closers(ENCODE) == (ord('"'),)  # one token per character: every closing text starts with it
 
 
@@ -149,14 +149,14 @@ def test_each_mode_gets_its_guard():
     assert prepare(tools=tools, tool_choice="none", messages=msgs).loop_guard() is None
 
 
-# -- closing the arguments after the required ones (toolbridge.loops, toolbridge.reader) ----------
+# -- closing the arguments after the required ones (toolbridge.callguard, toolbridge.callreader) ----------
 
 REQUIRED = {"search_web": ["query"], "set_reminder": ["message", "minutes"]}
 ENDING = [(1, '"}}'), (2, "}}"), (3, '"'), (4, "}"), (5, ","), (6, '" }')]
 
 
 def _guard(text, starts=("<tool_call>", '{"name": "'), bias=5.5):
-    g = LoopGuard(starts, REQUIRED, bias)
+    g = CallGuard(starts, REQUIRED, bias)
     g.feed(text)
     return g
 
@@ -189,7 +189,7 @@ def test_nested_values_unknown_tools_and_no_bias_are_left_alone():
     assert not _guard('{"name": "other", "arguments": {"x": 1').deciding
     assert not _guard('{"name": "search_web", "arguments": {"query": "x"', bias=0).deciding
     assert not _guard('{"name": "search_web", "arguments": {"query": "x"', starts=["<tool_call>"]).deciding  # no start
-    assert LoopGuard.from_args(LoopGuard([], REQUIRED, 2).to_args()).required == REQUIRED
+    assert CallGuard.from_args(CallGuard([], REQUIRED, 2).to_args()).required == REQUIRED
 
 
 def test_the_second_call_of_an_answer_is_read_afresh():
@@ -211,7 +211,7 @@ def test_the_request_carries_each_tools_required_arguments_and_the_measured_bias
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet='{}[]",:\\ abc\n0', max_size=80), st.text(alphabet='{}[]",:\\ ab', max_size=6))
 def test_the_reader_never_raises_on_model_text(text, top):
-    g = LoopGuard([], {"a": [], "b": ["a"]}, 3)
+    g = CallGuard([], {"a": [], "b": ["a"]}, 3)
     g.feed(text)
     g.changes(lambda: top, (9,), ENDING)
 
@@ -228,4 +228,4 @@ def test_the_reader_never_raises_on_model_text(text, top):
 def test_rule_arguments_not_of_toolbridges_making_are_ignored(args):
     """A client can send vLLM request arguments named like toolbridge's own; the logits processor
     must not raise on them (it runs in the engine, for every request in the batch)."""
-    assert Steering.from_args(args) is None and LoopGuard.from_args(args) is None
+    assert Steering.from_args(args) is None and CallGuard.from_args(args) is None

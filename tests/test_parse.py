@@ -225,7 +225,7 @@ def test_lenient_reader_repairs_as_json_repair_does(text):
     repair cannot give) agrees with json-repair on the repairs models need."""
     import json_repair
 
-    from toolbridge.data import loads
+    from toolbridge.jsondata import loads
 
     assert loads(text)[0] == json_repair.loads(text)
 

@@ -8,7 +8,7 @@ import pytest
 
 from toolbridge import parse
 from toolbridge.render import compile_template
-from toolbridge.families import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
+from toolbridge.chat_templates import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
 
 from servers import ROOT
 from toolsets import SEARCH, WEATHER
@@ -32,7 +32,7 @@ CONVERSATION = [
 @pytest.fixture(scope="module")
 def tokenizer():
     transformers = pytest.importorskip("transformers")
-    from vllm_plugin.smollm2 import gguf_path
+    from toolbridge.serving.models import gguf_path
 
     src = gguf_path()
     return transformers.AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
@@ -125,7 +125,7 @@ def test_cli_list_and_path():
 
 
 def test_cli_wrap_file_hf_directory_and_gguf(tmp_path):
-    from vllm_plugin.smollm2 import gguf_path
+    from toolbridge.serving.models import gguf_path
 
     stock = FAMILIES["phi3"].stock
     (tmp_path / "t.jinja").write_text(stock)

@@ -10,7 +10,7 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
   with the 135M model's call bias; it must answer in text;
 - on c05, c07 and c12 it filled in optional arguments nobody gave (`"max_price": 1`,
   `"brightness": 50`, `"time": "14:00"`); the arguments close after the required ones
-  (toolbridge.loops), and on s10 the optional ones the user gave are kept.
+  (toolbridge.callguard), and on s10 the optional ones the user gave are kept.
 """
 from __future__ import annotations
 

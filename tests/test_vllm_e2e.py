@@ -34,14 +34,14 @@ MARKERS = ("<tool_call>", "</tool_call>", "TOOL_CALL:", "Action Input:", '"argum
 @pytest.fixture(scope="module")
 def server():
     require("vllm")
-    from vllm_plugin.smollm2 import hf_copy
+    from toolbridge.serving.models import hf_copy
 
     model = hf_copy()
     port = free_port()
     argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "smollm2",
             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "8192", "--dtype", "bfloat16",
             "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
-            "--middleware", "vllm_plugin.middleware.RequestGuard",
+            "--middleware", "vllm_plugin.middleware.RequestCheck",
             "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
     with Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900) as s:
         yield s

@@ -36,7 +36,7 @@ MODEL_FLAGS = ["--served-model-name", "smollm2", "--host", "127.0.0.1", "--max-m
                "--dtype", "bfloat16"]
 # what tests/test_vllm_e2e.py's server runs with
 TOOLBRIDGE_FLAGS = ["--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
-                    "--middleware", "vllm_plugin.middleware.RequestGuard",
+                    "--middleware", "vllm_plugin.middleware.RequestCheck",
                     "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
 ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 
@@ -107,7 +107,7 @@ def deployments():
 @pytest.fixture(scope="module")
 def model():
     require("vllm")
-    from vllm_plugin.smollm2 import hf_copy
+    from toolbridge.serving.models import hf_copy
 
     return str(hf_copy())
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .data import dumps as _dumps, json_escape as escape, loads
+from .jsondata import dumps as _dumps, json_escape as escape, loads
 from .lenient import parse_number
 from .schema import Schema
 

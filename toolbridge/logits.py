@@ -1,5 +1,5 @@
 """The per-token logit policy of an answer, written once for every engine: the `auto` steering at
-the answer's start (toolbridge.steer) and the guard of a call being generated (toolbridge.loops).
+the answer's start (toolbridge.steer) and the guard of a call being generated (toolbridge.callguard).
 
 `token_changes` is the rule: given the answer's tokens so far, what the next token's logits need.
 An engine's adapter only writes its result into its own logits (llamacpp_ext.generate in its
@@ -16,19 +16,19 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from .loops import LoopGuard
+from .callguard import CallGuard
 from .steer import Steering
 
 Change = tuple[int, float]
 
 
-def token_changes(steering: Steering | None, answer: Sequence[int], guard: LoopGuard | None,
+def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallGuard | None,
                   top: Callable[[], str], closers: Sequence[int],
                   enders: Sequence[tuple[int, str]]) -> tuple[list[Change], tuple[int, ...] | None]:
     """(token, logit change) for the next token, and the tokens it is held to (None: any), given
     the answer's tokens so far (`answer`) and the guard that has read its text; `top()`: the text of
     the model's highest-ranked next token, asked only where the guard decides on it
-    (`LoopGuard.wants_top`). Steering speaks within its horizon, the guard once it is armed."""
+    (`CallGuard.wants_top`). Steering speaks within its horizon, the guard once it is armed."""
     changes: list[Change] = []
     only = None
     if steering is not None and len(answer) < steering.horizon:
@@ -42,7 +42,7 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: LoopG
 
 def start_marks(texts: Sequence[str], firsts: str) -> bytearray:
     """For each token id, 1 where its text (`texts[id]`) holds one of `firsts` (a guard's
-    LoopGuard.firsts): a call start can only begin in such a token. One more entry, 0, follows the
+    CallGuard.firsts): a call start can only begin in such a token. One more entry, 0, follows the
     last id, so that a placeholder id of -1 reads as 'nothing here'."""
     if not firsts:
         return bytearray(len(texts) + 1)

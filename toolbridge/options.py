@@ -13,7 +13,7 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
   otherwise writes the result, or the call, again); 0 turns it off.
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
   favoured when the model would go on to an optional argument after every required one
-  (toolbridge.loops); 0 turns it off.
+  (toolbridge.callguard); 0 turns it off.
 - `tb_example`, `tb_system_role`: read by the template prelude (toolbridge.render);
   `tb_template`: the llama.cpp adapter's choice of stock template.
 """
@@ -38,7 +38,7 @@ class Defaults:
     result_bias: float
 
 
-# By whether the model's own chat template renders tools (toolbridge.families.renders_tools), that
+# By whether the model's own chat template renders tools (toolbridge.chat_templates.renders_tools), that
 # is, whether the model was trained for tool calls. A tool-trained model starts calls more
 # readily, so it needs a smaller push to call: at 5 nats Qwen2.5-Coder-0.5B also called on 3 of the
 # 12 questions that need no tool, at 3 on none (the README's tables). After tool results,

@@ -32,7 +32,7 @@ import jinja2.parser
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .data import plain_data
+from .jsondata import plain_data
 from .dialects import DEFAULT_DIALECT, DIALECTS, Dialect, get_dialect, template_table
 
 # Text that user and tool content must not carry into the prompt as is: the turn markers of

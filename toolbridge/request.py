@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
-from .data import plain_data
+from .jsondata import plain_data
 from .dialects import Dialect
 from .errors import BadRequest
 from .events import ToolCall, new_call_id
 from .grammar import Entry, call_starts, entries
-from .loops import LoopGuard
+from .callguard import CallGuard
 from .options import Options, resolve
 from .parse import ParseResult, parse
 from .steer import follows_user_turn
@@ -149,13 +149,13 @@ class ToolRequest:
             return []
         return self.toolset.memo(("entries", self.dialect.name), lambda: entries(self.tools, self.dialect))
 
-    def loop_guard(self) -> LoopGuard | None:
-        """A loop guard for one answer (toolbridge.loops): read from the answer's start when the
+    def loop_guard(self) -> CallGuard | None:
+        """A loop guard for one answer (toolbridge.callguard): read from the answer's start when the
         whole answer is calls, from the first call start under `auto`; none for other answers."""
         if self.mode not in (STRICT, LAZY):
             return None
         required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
-        return LoopGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.options.close_bias)
+        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.options.close_bias)
 
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
         return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory)

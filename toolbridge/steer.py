@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .data import plain_data
+from .jsondata import plain_data
 from .dialects import BARE_JSON, Dialect
 from .grammar import call_starts
 

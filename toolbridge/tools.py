@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import jsonschema_rs
 
-from .data import plain_data
+from .jsondata import plain_data
 from .errors import BadRequest
 from .schema import RefError, Schema, check_refs, engine_schema
 

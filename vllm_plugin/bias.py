@@ -29,7 +29,7 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 from toolbridge.logits import start_marks, token_changes
-from toolbridge.loops import LoopGuard, closers, enders
+from toolbridge.callguard import CallGuard, closers, enders
 from toolbridge.steer import Steering
 
 
@@ -38,7 +38,7 @@ class _Answer:
 
     __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks")
 
-    def __init__(self, ids: list[int], steering: Steering | None, guard: LoopGuard | None, marks: bytearray):
+    def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray):
         self.ids = ids  # vLLM's own list of the request's output token ids (it appends to it)
         self.steering = steering
         self.horizon = steering.horizon if steering is not None else 0
@@ -58,7 +58,7 @@ class _Answer:
 
 
 def _unasked() -> str:
-    """The top token's text where the guard does not decide on it (LoopGuard.wants_top): never read."""
+    """The top token's text where the guard does not decide on it (CallGuard.wants_top): never read."""
     return ""
 
 
@@ -166,7 +166,7 @@ class CallBias(LogitsProcessor):
     def _new_answer(self, params: Any, output_ids: list[int]) -> _Answer | None:
         args = getattr(params, "extra_args", None)
         try:
-            steering, guard = Steering.from_args(args), LoopGuard.from_args(args)
+            steering, guard = Steering.from_args(args), CallGuard.from_args(args)
         except Exception:  # arguments of nobody's making: ignored, as from_args ignores malformed ones
             return None
         if guard is not None and not self._text_ready():

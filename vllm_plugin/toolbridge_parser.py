@@ -13,7 +13,7 @@ from typing import Any, Sequence
 from toolbridge import BadRequest
 from toolbridge.apis import responses
 from toolbridge.deltas import delta
-from toolbridge.families import renders_tools
+from toolbridge.chat_templates import renders_tools
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.markers import TurnCut
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare

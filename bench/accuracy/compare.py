@@ -55,13 +55,13 @@ class Model:
 
 
 def smollm2_gguf() -> Path:
-    from toolbridge.embedded import gguf_path
+    from toolbridge.serving.models import gguf_path
 
     return gguf_path()
 
 
 def smollm2_hf() -> Path:
-    from vllm_plugin.smollm2 import hf_copy
+    from toolbridge.serving.models import hf_copy
 
     return hf_copy()
 

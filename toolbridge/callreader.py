@@ -1,6 +1,6 @@
 """The JSON structure of an answer's calls, read character by character as they are generated.
 
-The engines' logit rules inside a call (toolbridge.loops) need to know where generation is: in a
+The engines' logit rules inside a call (toolbridge.callguard) need to know where generation is: in a
 string, at the arguments object's level after a value, which tool is called, which of its
 arguments are written. Every dialect whose call is a JSON object holding the name and the
 arguments (tags, json, toolcall, and the bare JSON call) is read alike; text outside a JSON

@@ -1,11 +1,11 @@
-"""A request guard in front of an OpenAI server's chat route (and its agent-API routes, where the
+"""A request check in front of an OpenAI server's chat route (and its agent-API routes, where the
 engine serves them itself: vLLM's /v1/responses and /v1/messages): bad requests answer 400 in the
 API's own error shape before the server's own request model sees them.
 
 Both servers parse the body with their own request models, and both fail some bad bodies
 with a 500 or a non-OpenAI error (llama-cpp-python: every validation error, a body that is not
 JSON; vLLM: a body that is not UTF-8, a named tool_choice next to a tool without `function`).
-The guard is pure ASGI (no framework import): it reads the body, refuses what is not a JSON
+The check is pure ASGI (no framework import): it reads the body, refuses what is not a JSON
 object, runs the core's tool checks (`check_request`) and the adapter's own (`check`), and
 replays the body, rewritten when the adapter changed it.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .apis import anthropic, responses
-from .errors import BadRequest
-from .request import prepare
+from ..apis import anthropic, responses
+from ..errors import BadRequest
+from ..request import prepare
 
 CHAT_PATH = "/chat/completions"
 RESPONSES_PATH = "/v1/responses"
@@ -63,7 +63,7 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-class RequestGuard:
+class RequestCheck:
     """Pure ASGI middleware for POST .../chat/completions. Subclasses add engine checks and
     rewrites in `check` (return True when `data` was changed) and may wrap `send`."""
 
@@ -78,7 +78,7 @@ class RequestGuard:
         return send
 
     def route(self, path: str) -> tuple[Callable[[dict], Any], Callable[[BadRequest], dict]] | None:
-        """The check and the error shape for a path, or None for a path the guard lets through."""
+        """The check and the error shape for a path, or None for a path it lets through."""
         if path.endswith(CHAT_PATH):
             return self.check, _openai_error
         if path.endswith(RESPONSES_PATH):

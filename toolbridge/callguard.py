@@ -3,7 +3,7 @@ closed, so that the call can finish within max_tokens; and the arguments are clo
 with optional ones nobody asked for, when the model only narrowly prefers going on.
 
 Both read the generated text after a call starts (from the answer's start when the whole answer is
-constrained, else from the first call start: `starts`) with one toolbridge.reader.CallReader.
+constrained, else from the first call start: `starts`) with one toolbridge.callreader.CallReader.
 
 Loops. Under a call's constraint a weak model can loop inside a string value (SmolLM2-135M under
 `required`: `"symbol": "NVDA_SCOPE_1_2_2023_2023_2023_2023...`) until max_tokens, and a call cut
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from .reader import AFTER, VALUE, CallReader
+from .callreader import AFTER, VALUE, CallReader
 
 MIN_RUN = 48  # characters at the end of a string that must be one unit repeated
 MIN_COPIES = 3  # ... at least this many times (so units up to MIN_RUN // MIN_COPIES at MIN_RUN)
@@ -75,7 +75,7 @@ def loops(value: str) -> bool:
     return False
 
 
-class LoopGuard:
+class CallGuard:
     """Feed the answer's text as it is generated; `changes` says what the next token's logits
     need: the string's closing quotes when it loops, the arguments' end when the model would go on
     past the required ones. `required`: each tool's required arguments (kept with the tool set,
@@ -98,7 +98,7 @@ class LoopGuard:
         return args
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any] | None) -> "LoopGuard | None":
+    def from_args(cls, args: Mapping[str, Any] | None) -> "CallGuard | None":
         """A new guard for the request that carries one, or None (also for arguments not of
         toolbridge's making, as toolbridge.steer.Steering.from_args)."""
         args = args or {}
