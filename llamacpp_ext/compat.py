@@ -15,15 +15,30 @@ from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, JSON_GBNF, PRIMITIVE_RULES, RESERVED_NAMES,
                                      BuiltinRule, LlamaGrammar, SchemaConverter)
 
+from toolbridge.vocab import Vocabulary
+
 __all__ = ["INVALID_RULE_CHARS_RE", "JSON_GBNF", "PRIMITIVE_RULES", "RESERVED_NAMES", "BuiltinRule",
            "ConverterBase", "GrammarSampler", "LlamaGrammar", "LlamaSampler", "base_seed", "compiles",
            "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key", "reuse_cache",
-           "sample_in_c", "sampler_chain", "token_text"]
+           "sample_in_c", "sampler_chain", "token_text", "vocabulary"]
 
 
-def model_key(llama: llama_cpp.Llama) -> int:
-    """Identifies the loaded model (caches of what depends on its vocabulary)."""
-    return id(llama._model)
+def model_key(llama: llama_cpp.Llama) -> tuple[str, int]:
+    """Names the loaded model for caches of what depends on its file (grammars, templates, token
+    ids): its path and vocabulary size, stable across loads, unlike an object's id."""
+    return llama.model_path, llama.n_vocab()
+
+
+def vocabulary(llama: llama_cpp.Llama) -> Vocabulary:
+    """The core's view of the model's vocabulary (toolbridge.vocab), kept on the model object: it
+    calls the model's tokenizer, so it lives exactly as long as the model does."""
+    vocab = llama.__dict__.get("_toolbridge_vocabulary")
+    if vocab is None:
+        vocab = Vocabulary(("llama.cpp", *model_key(llama)),
+                           lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False),
+                           lambda t: llama.detokenize([t]).decode("utf-8", "replace"), llama.n_vocab())
+        llama.__dict__["_toolbridge_vocabulary"] = vocab
+    return vocab
 
 
 def token_text(llama: llama_cpp.Llama, token: int) -> str:

@@ -26,9 +26,10 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
-from toolbridge.logits import token_changes
 from toolbridge.callguard import CallGuard
+from toolbridge.logits import token_changes, write
 from toolbridge.steer import Steering
+from toolbridge.vocab import Vocabulary
 
 from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
                      reuse_cache, sample_in_c, sampler_chain)
@@ -59,7 +60,8 @@ class Sampler:
     """One phase's sampling: the request's sampler chain, and its grammar checked sample-first."""
 
     def __init__(self, llama: llama_cpp.Llama, sampling: Sampling, seed: int, grammar: LlamaGrammar | None,
-                 steering: Steering | None, answer_start: int, guard: Guard | None = None):
+                 steering: Steering | None, answer_start: int, guard: CallGuard | None = None,
+                 vocab: Vocabulary | None = None):
         self.llama = llama
         self.chain = sampler_chain(llama, sampling, seed, sampling.logit_bias)
         self.grammar = GrammarSampler(llama, *grammar_text(grammar)) if grammar is not None else None
@@ -67,6 +69,7 @@ class Sampler:
         self.steering = steering
         self.answer_start = answer_start
         self.guard = guard
+        self.vocab = vocab  # the model's token tables, for the guard
         self.buf: np.ndarray | None = None
 
     def close(self) -> None:
@@ -76,24 +79,20 @@ class Sampler:
 
     def next(self, tokens: list[int]) -> int:
         """The next token after `tokens` (all evaluated), accepted by the chain and the grammar."""
-        steer, g = self.steering, self.guard
+        steer, g, vocab = self.steering, self.guard, self.vocab
         if steer is not None and len(tokens) - self.answer_start >= steer.horizon:
             steer = None  # past its horizon: the answer's tokens need not be looked at
+        guarded = g is not None and vocab is not None
         changes, only = token_changes(steer, tokens[self.answer_start:] if steer is not None else (),
-                                      g.state if g is not None else None,
-                                      lambda: g.text(int(np.argmax(last_logits(self.llama)))),
-                                      g.closers if g is not None else (), g.enders if g is not None else ())
+                                      g if guarded else None,
+                                      lambda: vocab.text(int(np.argmax(last_logits(self.llama)))),
+                                      vocab.closers if guarded else (), vocab.enders if guarded else ())
         if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
         logits = last_logits(self.llama)
         if changes or only is not None or self.processors:
             logits = logits.copy()
-            for token, change in changes:
-                logits[token] += change
-            kept = logits[list(only)] if only is not None else None
-            if kept is not None and np.isfinite(kept).any():  # else a request's own bias forbids them all
-                logits.fill(-np.inf)
-                logits[list(only)] = kept
+            write(logits[None, :], [(0, changes, only)], np.asarray)
             for f in self.processors:
                 logits = f(input_ids(self.llama), logits)
         token = self._pick(logits, grammar_first=False)
@@ -127,17 +126,6 @@ class Sampler:
         return not math.isinf(one[0].logit)
 
 
-@dataclass
-class Guard:
-    """An answer's loop guard (toolbridge.callguard), the model's string-closing and
-    arguments-ending tokens, and its token texts."""
-
-    state: CallGuard
-    closers: tuple[int, ...]
-    enders: tuple[tuple[int, str], ...] = ()
-    text: Callable[[int], str] = str
-
-
 # How a phase ended.
 EOG, STOP, LENGTH, TRIGGER = "eog", "stop", "length", "trigger"
 
@@ -147,13 +135,14 @@ class Session:
 
     def __init__(self, llama: llama_cpp.Llama, prompt_text: str, prompt_tokens: Sequence[int], sampling: Sampling,
                  *, seed: int | None, max_tokens: int | None, stop: Sequence[str], steering: Steering | None = None,
-                 guard: Guard | None = None):
+                 guard: CallGuard | None = None, vocab: Vocabulary | None = None):
         self.llama = llama
         self.prompt_text = prompt_text
         self.tokens = list(prompt_tokens)
         self.n_prompt = len(self.tokens)
         self.steering = steering
         self.guard = guard
+        self.vocab = vocab
         self.sampling = sampling
         n_ctx = llama.n_ctx()
         self.max_tokens = n_ctx - self.n_prompt if not max_tokens or max_tokens <= 0 else max_tokens
@@ -190,7 +179,7 @@ class Session:
             return
         llama = self.llama
         sampler = Sampler(llama, self.sampling, (self.seed + self.phases) % 2**32, grammar, self.steering,
-                          self.n_prompt, self.guard)
+                          self.n_prompt, self.guard, self.vocab)
         self.phases += 1
         watch = Watch(self.stop + [s for s in stop if s and s not in self.stop], triggers)
         start = len(self.tokens)
@@ -217,7 +206,7 @@ class Session:
                 text = decoder.decode(piece)
                 pending += text
                 if self.guard is not None:
-                    self.guard.state.feed(text)
+                    self.guard.feed(text)
                 hit = watch.find(pending, lambda at: self._at_line_start(pending, at, kept))
                 if hit is not None:
                     at, found = hit

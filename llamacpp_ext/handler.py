@@ -19,22 +19,21 @@ import llama_cpp
 from llama_cpp import LlamaGrammar
 
 from toolbridge import BadRequest
-from toolbridge.jsondata import plain_data
 from toolbridge.deltas import delta, message
 from toolbridge.events import CallEnd, Content, Event
 from toolbridge.grammar import Entry
-from toolbridge.callguard import CallGuard, closers, enders
 from toolbridge.parse import collect
-from toolbridge.request import LAZY, PLAIN, STRICT, ToolRequest, prepare
-from toolbridge.steer import Steering
+from toolbridge.request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, check, plan
 
 from . import prompt
-from .compat import model_key, token_text
-from .generate import EOG, LENGTH, TRIGGER, Guard, Sampling, Session
+from .compat import token_text, vocabulary
+from .generate import EOG, LENGTH, TRIGGER, Sampling, Session
 from .grammar import entry_grammar, tool_grammar, user_grammar
 
-# Request fields llama-cpp-python's request model drops; the server middleware puts them here.
-REQUEST_OPTIONS: ContextVar[dict] = ContextVar("toolbridge_request_options", default={})
+# What the server's request check hands the handler: the request's checked tool fields
+# ("checked", toolbridge.request.check: the handler plans from them, not checking again) and the
+# request fields llama-cpp-python's request model drops.
+REQUEST_CONTEXT: ContextVar[dict] = ContextVar("toolbridge_request_context", default={})
 REQUEST_KEYS = ("parallel_tool_calls", "stream_options")
 ERROR_PREFIX = "toolbridge_invalid_request: "
 
@@ -59,13 +58,13 @@ def toolbridge_chat_handler(
 ) -> dict | Iterator[dict]:
     """llama-cpp-python's chat handler protocol. `kwargs` are the model's chat_template_kwargs
     (toolbridge options tb_*, other template variables); per-request options that the
-    server's request model drops come from REQUEST_OPTIONS."""
-    request = {**REQUEST_OPTIONS.get(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs}}
+    server's request model drops, and the checked tool fields, come from REQUEST_CONTEXT."""
+    request = {**REQUEST_CONTEXT.get(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs}}
     try:
         p = prepare_answer(llama, messages=messages, tools=tools, tool_choice=tool_choice, functions=functions,
                            function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
                            stop=stop, grammar=grammar, response_format=response_format, logit_bias=logit_bias,
-                           options=kwargs)
+                           options=kwargs, checked=request.get("checked"))
     except BadRequest as e:
         if stream:
             return iter([e.body()])
@@ -78,11 +77,11 @@ def toolbridge_chat_handler(
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                         logit_bias=p.logit_bias, processors=list(logits_processor or []))
     req = p.req
-    steering = _steering(llama, req) if req.steer and p.entries else None
-    guard = req.loop_guard()
+    vocab = vocabulary(llama)
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
-                      stop=[*req.stop, *([eos] if eos else [])], steering=steering,
-                      guard=_guard(llama, guard) if guard is not None else None)
+                      stop=[*req.stop, *([eos] if eos else [])],
+                      steering=vocab.steering(req) if req.steer and p.entries else None,
+                      guard=req.call_guard(), vocab=vocab)
     answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path)
     if stream:
         return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
@@ -103,14 +102,17 @@ class Prepared:
 
 def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_choice: Any, functions: Any,
                    function_call: Any, parallel_tool_calls: Any, stop: Any, grammar: LlamaGrammar | None,
-                   response_format: Any, logit_bias: Any, options: dict) -> Prepared:
-    """The request's checks, constraint and prompt (BadRequest for a request that must be 400)."""
+                   response_format: Any, logit_bias: Any, options: dict,
+                   checked: CheckedRequest | None = None) -> Prepared:
+    """The request's plan, constraint and prompt (BadRequest for a request that must be 400).
+    `checked`: the request's tool fields as the server's request check read them (else read here)."""
     try:
-        user = user_grammar(llama, grammar, plain_data(response_format))
-        req = prepare(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
-                      function_call=function_call, parallel_tool_calls=parallel_tool_calls,
-                      template_kwargs=options, stop=stop, user_constraint=user is not None,
-                      tool_trained=prompt.tool_trained(llama))
+        user = user_grammar(llama, grammar, response_format)
+        if checked is None:
+            checked = check(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
+                            function_call=function_call, parallel_tool_calls=parallel_tool_calls, stop=stop)
+        req = plan(checked, template_kwargs=options, user_constraint=user is not None,
+                   tool_trained=prompt.tool_trained(llama))
         constraint = _constraint(llama, req, user)
         bias = _logit_bias(llama, logit_bias)
         text = prompt.render(llama, messages, req, options)
@@ -145,31 +147,6 @@ def _logit_bias(llama: llama_cpp.Llama, logit_bias: Any) -> dict[int, float]:
                              param="logit_bias")
         out[token] = change
     return out
-
-
-def _steering(llama: llama_cpp.Llama, req: ToolRequest) -> Steering:
-    """The request's steering in this model's ids (kept with the tool set)."""
-    def build() -> Steering:
-        encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
-        return Steering.for_dialect(req.dialect, req.steer_bias, encode, [t.name for t in req.tools])
-
-    return req.toolset.memo(("steering", model_key(llama), req.dialect.name, req.steer_bias), build)
-
-
-_CLOSERS: dict[int, tuple[tuple[int, ...], tuple[tuple[int, str], ...]]] = {}
-
-
-def _guard(llama: llama_cpp.Llama, state: CallGuard) -> Guard:
-    """The answer's guard with the model's string-closing and arguments-ending tokens."""
-    def text(token: int) -> str:
-        return llama.detokenize([token]).decode("utf-8", "replace")
-
-    if id(llama) not in _CLOSERS:
-        def encode(t: str) -> list[int]:
-            return llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)
-        _CLOSERS[id(llama)] = closers(encode), enders(encode, text)
-    quote, ending = _CLOSERS[id(llama)]
-    return Guard(state, quote, ending, text)
 
 
 class Answer:

@@ -14,15 +14,14 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import threading
 from typing import Any, Sequence
 
 import jinja2
 import llama_cpp
 
-from toolbridge.jsondata import plain_data
 from toolbridge.dialects import Dialect
 from toolbridge.chat_templates import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
+from toolbridge.memo import Memo
 from toolbridge.options import KEYS, resolve
 from toolbridge.render import compile_template, tools_instruction
 from toolbridge.request import PLAIN, ToolRequest
@@ -30,8 +29,7 @@ from toolbridge.request import PLAIN, ToolRequest
 from .compat import model_key, token_text
 
 log = logging.getLogger("toolbridge.llamacpp")
-_TEMPLATES: dict[tuple, tuple[jinja2.Template, bool]] = {}
-_LOCK = threading.Lock()
+_TEMPLATES: Memo[tuple[jinja2.Template, bool]] = Memo(64)
 
 
 def stock_template(llama: llama_cpp.Llama | None, source: str | None) -> str:
@@ -52,33 +50,29 @@ NATIVE = "native"
 
 def check_options(options: dict) -> None:
     """Fail early (at server start) on unknown options or an unreadable template."""
-    resolve(options)
-    if options.get("tb_template") != NATIVE:
-        stock_template(None, options.get("tb_template") or "chatml")
+    source = resolve(options).template
+    if source != NATIVE:
+        stock_template(None, source or "chatml")
 
 
-def template(llama: llama_cpp.Llama, req: ToolRequest, options: dict) -> tuple[jinja2.Template, bool]:
-    """The tool-capable template for this model and these options (built once), and whether it
-    is the model's own tool template (`native`) rather than a stock template behind the prelude."""
-    dialect = req.dialect
-    example = options.get("tb_example", True) is not False
-    system_role = options.get("tb_system_role")
-    source = options.get("tb_template")
-    key = (model_key(llama), source, dialect.name, example, system_role)
-    with _LOCK:
-        found = _TEMPLATES.get(key)
-    if found is None:
-        native = native_template(llama, dialect) if source == NATIVE else None
-        if source == NATIVE and native is None:
-            raise ValueError(f"tb_template 'native' needs a model whose own chat template renders tools and writes "
-                             f"calls in the {dialect.name!r} format; this model's does not (leave tb_template unset "
-                             "to use its template behind toolbridge's prelude)")
-        src = native or wrap(stock_template(llama, source), dialect=dialect.name, example=example,
-                             system_role=None if system_role is None else bool(system_role))
-        found = (compile_template(src), native is not None)
-        with _LOCK:
-            _TEMPLATES[key] = found
-    return found
+def template(llama: llama_cpp.Llama, req: ToolRequest) -> tuple[jinja2.Template, bool]:
+    """The tool-capable template for this model and the request's options (built once), and
+    whether it is the model's own tool template (`native`) rather than a stock template behind
+    the prelude."""
+    o = req.options
+    return _TEMPLATES.get((model_key(llama), o.template, o.dialect.name, o.example, o.system_role),
+                          lambda: _build_template(llama, o.template, o.dialect, o.example, o.system_role))
+
+
+def _build_template(llama: llama_cpp.Llama, source: str | None, dialect: Dialect, example: bool,
+                    system_role: bool | None) -> tuple[jinja2.Template, bool]:
+    native = native_template(llama, dialect) if source == NATIVE else None
+    if source == NATIVE and native is None:
+        raise ValueError(f"tb_template 'native' needs a model whose own chat template renders tools and writes "
+                         f"calls in the {dialect.name!r} format; this model's does not (leave tb_template unset "
+                         "to use its template behind toolbridge's prelude)")
+    src = native or wrap(stock_template(llama, source), dialect=dialect.name, example=example, system_role=system_role)
+    return compile_template(src), native is not None
 
 
 def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
@@ -90,18 +84,8 @@ def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
 
 def tool_trained(llama: llama_cpp.Llama) -> bool:
     """Whether the model's own template renders tools (the core's defaults differ for such a
-    model: toolbridge.options.DEFAULTS); found once per model."""
-    key = model_key(llama)
-    with _LOCK:
-        found = _TRAINED.get(key)
-    if found is None:
-        found = renders_tools(_own(llama))
-        with _LOCK:
-            _TRAINED[key] = found
-    return found
-
-
-_TRAINED: dict[int, bool] = {}
+    model: toolbridge.options.DEFAULTS)."""
+    return renders_tools(_own(llama))
 
 
 def _own(llama: llama_cpp.Llama) -> str | None:
@@ -129,18 +113,19 @@ def object_arguments(messages: list) -> list:
 
 
 def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, options: dict) -> str:
-    """The prompt text: messages (and the tools, unless the answer is plain text) through the
-    wrapped template. Keys of `options` that are not toolbridge's are template variables."""
+    """The prompt text: messages (plain data) and the tools, unless the answer is plain text,
+    through the wrapped template. Keys of `options` that are not toolbridge's are template
+    variables."""
     extra = {k: v for k, v in options.items() if k not in KEYS}
     if req.force:
         extra["tb_force"] = req.force
     if req.mode != PLAIN:
-        example = options.get("tb_example", True) is not False
+        example = req.options.example
         extra["tb_instruction"] = req.toolset.memo(
             ("instruction", req.dialect.name, example, req.force),
             lambda: tools_instruction(req.toolset.specs, dialect=req.dialect, example=example, force=req.force))
-    messages = plain_data(list(messages))
-    tpl, native = template(llama, req, options)
+    messages = list(messages)
+    tpl, native = template(llama, req)
     if native:
         messages = object_arguments(messages)
     return tpl.render(

@@ -33,19 +33,20 @@ from toolbridge.serving.asgi import RequestCheck, check_request, send_json
 from toolbridge.tools import EMPTY_PARAMETERS
 
 from . import HANDLER_NAME, register
-from .handler import ERROR_PREFIX, REQUEST_KEYS, REQUEST_OPTIONS
+from .handler import ERROR_PREFIX, REQUEST_CONTEXT, REQUEST_KEYS
 from .prompt import check_options
 from .routes import AgentRoutes
 
 
 class ToolbridgeMiddleware(RequestCheck):
-    """The core's request guard, plus the stock request model's validation and the rewrites
-    that make OpenAI clients' requests acceptable to it."""
+    """The core's request check, plus the stock request model's validation and the rewrites
+    that make OpenAI clients' requests acceptable to it. The checked tool fields go on to the
+    handler (REQUEST_CONTEXT), which plans the answer from them without checking them again."""
 
     def check(self, data: dict) -> bool:
-        check_request(data)
-        REQUEST_OPTIONS.set({k: data[k] for k in REQUEST_KEYS if k in data})
         adapt_request(data)
+        checked = check_request(data)
+        REQUEST_CONTEXT.set({"checked": checked, **{k: data[k] for k in REQUEST_KEYS if k in data}})
         check_fields(data)
         return True
 

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from toolbridge.dialects import get_dialect
 from toolbridge.callguard import MIN_RUN, CallGuard, closers, enders, loops
-from toolbridge.options import DEFAULT_CALL_BIAS, DEFAULTS, resolve
+from toolbridge.options import DEFAULTS, resolve
 from toolbridge.request import prepare
 from toolbridge.steer import Steering, follows_user_turn
 
@@ -15,7 +15,7 @@ ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per chara
 
 
 def test_resolve_order_kwargs_then_env_then_default():
-    assert resolve({}, env={}).dialect.name == "tags" and resolve({}, env={}).call_bias == DEFAULT_CALL_BIAS
+    assert resolve({}, env={}).dialect.name == "tags" and resolve({}, env={}).call_bias == DEFAULTS[False].call_bias
     env = {"TOOLBRIDGE_DIALECT": "json", "TOOLBRIDGE_CALL_BIAS": "2"}
     assert (resolve({}, env=env).dialect.name, resolve({}, env=env).call_bias) == ("json", 2.0)
     got = resolve({"tb_dialect": "react", "tb_call_bias": 0}, env=env)
@@ -23,7 +23,7 @@ def test_resolve_order_kwargs_then_env_then_default():
 
 
 def test_a_tool_trained_model_gets_its_own_measured_defaults():
-    assert resolve({}, env={}, tool_trained=True).call_bias == DEFAULTS[True].call_bias < DEFAULT_CALL_BIAS
+    assert resolve({}, env={}, tool_trained=True).call_bias == DEFAULTS[True].call_bias < DEFAULTS[False].call_bias
     assert resolve({"tb_call_bias": 5}, env={}, tool_trained=True).call_bias == 5.0  # what the user sets wins
     assert all(d.measured_on for d in DEFAULTS.values())
     req = prepare(tools=[{"type": "function", "function": {"name": "f"}}], messages=[{"role": "user", "content": "x"}],
@@ -118,19 +118,19 @@ def test_the_guard_reads_json_strings_after_a_call_starts():
     assert not g.armed and not g.looping
     g.feed('<tool_c')
     g.feed('all>\n{"name": "f", "arguments": {"q": "')
-    assert g.armed and g.in_string and not g.looping
+    assert g.armed and g.reader.in_string and not g.looping
     g.feed("_2023" * 9)
     assert not g.looping
     g.feed("_2023" * 2)
     assert g.looping
     g.feed('"}')  # the string closed: the guard rests
-    assert not g.looping and not g.in_string
+    assert not g.looping and not g.reader.in_string
 
 
 def test_escaped_quotes_do_not_end_the_string():
     g = CallGuard()  # no starts: the whole answer is a call
     g.feed('{"q": "a \\"b\\" ' + "xy" * 30)
-    assert g.in_string and g.looping
+    assert g.reader.in_string and g.looping
 
 
 def test_the_guard_travels_as_request_arguments_and_closes_with_quote_tokens():
@@ -143,10 +143,10 @@ def test_the_guard_travels_as_request_arguments_and_closes_with_quote_tokens():
 def test_each_mode_gets_its_guard():
     tools = [{"type": "function", "function": {"name": "f"}}]
     msgs = [{"role": "user", "content": "x"}]
-    assert prepare(tools=tools, tool_choice="required", messages=msgs).loop_guard().armed
-    lazy = prepare(tools=tools, tool_choice="auto", messages=msgs).loop_guard()
+    assert prepare(tools=tools, tool_choice="required", messages=msgs).call_guard().armed
+    lazy = prepare(tools=tools, tool_choice="auto", messages=msgs).call_guard()
     assert not lazy.armed and lazy.starts == ("<tool_call>", '{"name": "')
-    assert prepare(tools=tools, tool_choice="none", messages=msgs).loop_guard() is None
+    assert prepare(tools=tools, tool_choice="none", messages=msgs).call_guard() is None
 
 
 # -- closing the arguments after the required ones (toolbridge.callguard, toolbridge.callreader) ----------
@@ -178,7 +178,7 @@ def test_nothing_changes_before_every_required_argument_is_written():
     g = _guard('{"name": "set_reminder", "arguments": {"message": "call mom')
     assert not g.deciding and g.changes(lambda: '",', (), ENDING) == []
     g.feed('", "minutes": 30')
-    assert g.deciding and g.closes(",") and g.closes(', "') and not g.closes("0")
+    assert g.deciding and g._next(",") == "more" and g._next(', "') == "more" and g._next("0") is None
 
 
 def test_nested_values_unknown_tools_and_no_bias_are_left_alone():
@@ -203,9 +203,9 @@ def test_the_request_carries_each_tools_required_arguments_and_the_measured_bias
         "type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}}},
              {"type": "function", "function": {"name": "g"}}]
     msgs = [{"role": "user", "content": "x"}]
-    g = prepare(tools=tools, messages=msgs, tool_trained=True, env={}).loop_guard()
+    g = prepare(tools=tools, messages=msgs, tool_trained=True, env={}).call_guard()
     assert g.required == {"f": ["a"], "g": []} and g.close_bias == DEFAULTS[True].close_bias
-    assert prepare(tools=tools, messages=msgs, env={}).loop_guard().close_bias == DEFAULTS[False].close_bias
+    assert prepare(tools=tools, messages=msgs, env={}).call_guard().close_bias == DEFAULTS[False].close_bias
 
 
 @settings(max_examples=300, deadline=None)
@@ -221,9 +221,9 @@ def test_the_reader_never_raises_on_model_text(text, top):
     {"toolbridge_bias": "much", "toolbridge_bias_ids": [1]},
     {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": 7},
     {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": ["ab", "cd"]},
-    {"toolbridge_loop_guard": 3},
-    {"toolbridge_loop_guard": [], "toolbridge_close": ["y", "z"]},
-    {"toolbridge_loop_guard": [], "toolbridge_close": [1, [2]]},
+    {"toolbridge_call_guard": 3},
+    {"toolbridge_call_guard": [], "toolbridge_close": ["y", "z"]},
+    {"toolbridge_call_guard": [], "toolbridge_close": [1, [2]]},
 ])
 def test_rule_arguments_not_of_toolbridges_making_are_ignored(args):
     """A client can send vLLM request arguments named like toolbridge's own; the logits processor

@@ -9,10 +9,13 @@ from toolbridge.dialects import DIALECTS
 from toolbridge.events import CallArgs, CallEnd, CallStart, Content
 from toolbridge.markers import markers
 from toolbridge.stream import StreamParser
+from toolbridge.tools import normalize_tools
 
 from toolsets import TOOLS, ids
 
 import os
+
+BY_NAME = {t.name: t for t in normalize_tools(TOOLS)}
 
 # TOOLBRIDGE_DEEP=1 runs 25x more examples (a soak run, not for CI).
 SETTINGS = settings(max_examples=10_000 if os.environ.get("TOOLBRIDGE_DEEP") else 400, deadline=None,
@@ -90,12 +93,12 @@ def check_contract(events):
 
 def fold(events):
     content = "".join(e.text for e in events if type(e) is Content) or None
-    return content, [(e.call.name, e.call.arguments, e.call.complete, e.call.errors) for e in events if type(e) is CallEnd]
+    return content, [(e.call.name, e.call.arguments, e.call.complete) for e in events if type(e) is CallEnd]
 
 
 def whole(text, **kw):
     r = parse(text, TOOLS, id_factory=ids(), **kw)
-    return r.content, [(c.name, c.arguments, c.complete, c.errors) for c in r.calls]
+    return r.content, [(c.name, c.arguments, c.complete) for c in r.calls]
 
 
 @SETTINGS
@@ -118,9 +121,9 @@ def test_well_formed_calls_round_trip(pre, post, dialect, calls, cuts):
     check_contract(events)
     content, got = fold(events)
     assert (content, got) == whole(text)
-    assert [(n, json.loads(a)) for n, a, _, _ in got] == calls
+    assert [(n, json.loads(a)) for n, a, _ in got] == calls
     assert content == expected_content(pre, post)
-    assert all(complete and not errors for _, _, complete, errors in got)
+    assert all(complete and not BY_NAME[n].errors(json.loads(a)) for n, a, complete in got)  # schema-valid
     for marker in ("<tool_call>", "</tool_call>", "TOOL_CALL:", "```", "Action:", "Action Input:", '"arguments"'):
         assert marker not in (content or ""), marker
 
@@ -210,7 +213,7 @@ def test_history_markup_ends_the_answer(pre, dialect, calls, marker, rest, first
     if first:
         assert got == [] and content == (pre.rstrip(" \t\r\n") or None)
     else:
-        assert [(n, json.loads(a)) for n, a, _, _ in got] == calls
+        assert [(n, json.loads(a)) for n, a, _ in got] == calls
         assert content == expected_content(pre, "")
 
 

@@ -257,7 +257,7 @@ def test_the_argument_close_leaves_out_optional_arguments_nobody_gave(client, qi
 
 
 # vLLM request arguments named like toolbridge's own logit rules' arguments, malformed
-FORGED_XARGS = {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"], "toolbridge_loop_guard": 3,
+FORGED_XARGS = {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"], "toolbridge_call_guard": 3,
                 "toolbridge_close": ["y", "z"]}
 
 

@@ -437,7 +437,7 @@ def test_render_carries_toolbridge_arguments(split):
     assert tag["none"] is None
     xargs = {k: v.get("extra_args") or {} for k, v in sp.items()}
     assert xargs["auto-steered"]["toolbridge_bias"] == 20 and xargs["auto-steered"]["toolbridge_bias_ids"], xargs
-    assert "toolbridge_loop_guard" in xargs["required"] and "toolbridge_loop_guard" in xargs["named"], xargs
+    assert "toolbridge_call_guard" in xargs["required"] and "toolbridge_call_guard" in xargs["named"], xargs
     assert not any(k.startswith("toolbridge_") for k in xargs["none"]), xargs
     # forged rule arguments do not pass: adjust_request writes its own
     forged = rendered(render, {**CELLS["required"], "vllm_xargs": {"toolbridge_bias": 1, "toolbridge_close": ["y"]}})
@@ -448,7 +448,7 @@ def test_render_carries_toolbridge_arguments(split):
         "tool_choice": {"type": "any"}})
     assert m.status_code == 200, m.text
     assert "<tool_call>" in m.json()["sampling_params"]["structured_outputs"]["structural_tag"]
-    assert "toolbridge_loop_guard" in m.json()["sampling_params"]["extra_args"]
+    assert "toolbridge_call_guard" in m.json()["sampling_params"]["extra_args"]
 
 
 def test_split_chat_matrix(split):

@@ -33,7 +33,7 @@ MIN_COPIES = 3  # ... at least this many times (so units up to MIN_RUN // MIN_CO
 MAX_UNIT = 32  # the longest unit looked for (its run is MIN_COPIES * MAX_UNIT characters)
 CLOSE_BIAS = 100.0  # added to the closing tokens' logits: finite, so a grammar's -inf stays -inf
 
-ARG_GUARD = "toolbridge_loop_guard"  # per-request argument: the call starts ([]: armed at once)
+ARG_GUARD = "toolbridge_call_guard"  # per-request argument: the call starts ([]: armed at once)
 ARG_CLOSE = "toolbridge_close"  # per-request argument: [bias, {tool: its required arguments}]
 
 # Texts whose first token closes a string (a tokenizer may merge the quote with what follows).
@@ -138,10 +138,6 @@ class CallGuard:
         return not any(before.endswith(s[:k]) for s in self.starts for k in range(1, len(s)))
 
     @property
-    def in_string(self) -> bool:
-        return self.reader.in_string
-
-    @property
     def looping(self) -> bool:
         r = self.reader
         return r.in_string and not r.escape and len(r.value) >= MIN_RUN and loops(r.value)
@@ -176,11 +172,6 @@ class CallGuard:
     def ends(self, text: str) -> bool:
         """Whether `text` ends the arguments without going on to another one."""
         return self._next(text) == "end"
-
-    def closes(self, text: str) -> bool:
-        """Whether the arguments should close instead of `text` (the model's choice of next
-        token): `text` goes on to another argument, every required one being written."""
-        return self.deciding and self._next(text) == "more"
 
     def _next(self, text: str) -> str | None:
         """What `text` does to the arguments: "more" (a comma at their level), "end" (closes

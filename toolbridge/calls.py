@@ -7,7 +7,6 @@ then they are written, and later ones go straight to the call's `ArgsWriter`.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Sequence
 
 from .arguments import ArgsWriter
@@ -71,12 +70,7 @@ class CallBook:
         return True
 
     def end(self, slot: "Slot", complete: bool) -> None:
-        text = "".join(slot.parts)
-        try:
-            errors = slot.tool.errors(json.loads(text))
-        except ValueError:
-            errors = ["arguments are not JSON"]
-        self.events.append(CallEnd(slot.index, ToolCall(slot.id, slot.tool.name, text, complete, errors)))
+        self.events.append(CallEnd(slot.index, ToolCall(slot.id, slot.tool.name, "".join(slot.parts), complete)))
 
 
 class Slot:
@@ -94,10 +88,6 @@ class Slot:
         self.parts: list[str] = []
         self.buffer: list[tuple[Callable[..., None], tuple]] = []
         self.args_started = self.committed = self.dropped = self.ended = False
-
-    @property
-    def name(self) -> str | None:
-        return self.tool.name if self.tool is not None else None
 
     def ev(self, write: Callable[..., None], *args: Any) -> None:
         """An arguments event (an ArgsWriter method and its arguments): written once the call

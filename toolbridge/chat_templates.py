@@ -17,6 +17,7 @@ import jinja2
 
 from .dialects import DEFAULT_DIALECT, Dialect
 from .render import PRELUDE_END, compile_template, environment, prelude
+from .memo import Memo
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,11 @@ def _probe(template: str | None, messages: list) -> str | None:
 def renders_tools(template: str | None) -> bool:
     """Whether a model's own chat template writes a request's tools into the prompt: the model
     was trained for tool calls (toolbridge.options.DEFAULTS differ for it). Found by rendering a
-    probe, as llama-server's template analysis does."""
-    return PROBE_TOOL["function"]["name"] in (_probe(template, _PROBE_HISTORY[:1]) or "")
+    probe, as llama-server's template analysis does, once per template text."""
+    return _RENDERS_TOOLS.get(template, lambda: PROBE_TOOL["function"]["name"] in (_probe(template, _PROBE_HISTORY[:1]) or ""))
+
+
+_RENDERS_TOOLS: Memo[bool] = Memo(32)
 
 
 def writes_calls(template: str | None, dialect: Dialect) -> bool:

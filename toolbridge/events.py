@@ -6,7 +6,7 @@ message. The fragments of a call concatenate to exactly its final arguments stri
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 def new_call_id() -> str:
@@ -20,11 +20,6 @@ class ToolCall:
     name: str
     arguments: str  # canonical JSON text of an object
     complete: bool = True  # False: the text ended inside the call and it was closed by repair
-    errors: list[str] = field(default_factory=list)  # schema violations of the arguments
-
-    @property
-    def valid(self) -> bool:
-        return not self.errors
 
     def to_openai(self) -> dict:
         return {"id": self.id, "type": "function",

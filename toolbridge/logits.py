@@ -14,12 +14,14 @@ marks the tokens whose text may, so an engine that reads tokens reads the text o
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import math
+from typing import Any, Callable, Sequence
 
 from .callguard import CallGuard
 from .steer import Steering
 
 Change = tuple[int, float]
+Edit = tuple[int, Sequence[Change], Sequence[int] | None]  # a row, its changes, its held tokens
 
 
 def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallGuard | None,
@@ -47,3 +49,35 @@ def start_marks(texts: Sequence[str], firsts: str) -> bytearray:
     if not firsts:
         return bytearray(len(texts) + 1)
     return bytearray([any(c in text for c in firsts) for text in texts] + [False])
+
+
+def write(logits: Any, edits: Sequence[Edit], array: Callable[..., Any]) -> None:
+    """Write rows' changes into 2-D logits (a numpy array or a torch tensor), in place: every change
+    added (changes to one token add up), then each held row's other tokens set to -inf where one of
+    its held tokens at least is finite (else something else forbids them all, and the row is left as
+    it is). Token ids outside the logits are skipped (they may come from a request's arguments).
+    `array(values, dtype=None)`: the engine's array of a list (indexes, or values in `dtype`)."""
+    vocab = logits.shape[-1]
+    added: dict[tuple[int, int], float] = {}
+    held_rows: list[int] = []
+    held: list[list[int]] = []
+    for row, changes, only in edits:
+        for token, change in changes:
+            if 0 <= token < vocab:
+                added[row, token] = added.get((row, token), 0.0) + change
+        if only is not None:
+            kept = [t for t in only if 0 <= t < vocab]
+            if kept:
+                held_rows.append(row)
+                held.append(kept)
+    if added:
+        rows, tokens = array([r for r, _ in added]), array([t for _, t in added])
+        logits[rows, tokens] += array(list(added.values()), logits.dtype)
+    if held_rows:
+        at = array(held_rows)
+        sub = logits[at]
+        keep = sub < -math.inf  # all false, of the engine's own kind
+        keep[array([i for i, kept in enumerate(held) for _ in kept]), array([t for kept in held for t in kept])] = True
+        sub[~keep] = -math.inf
+        open_ = (sub > -math.inf).any(-1)
+        logits[at[open_]] = sub[open_]

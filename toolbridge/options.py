@@ -14,7 +14,8 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
   favoured when the model would go on to an optional argument after every required one
   (toolbridge.callguard); 0 turns it off.
-- `tb_example`, `tb_system_role`: read by the template prelude (toolbridge.render);
+- `tb_example`, `tb_system_role`: what the template prelude shows (toolbridge.render): the call
+  example (default on), the system turn (default: as the stock template supports it);
   `tb_template`: the llama.cpp adapter's choice of stock template.
 """
 from __future__ import annotations
@@ -49,7 +50,6 @@ DEFAULTS: dict[bool, Defaults] = {
     False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0, result_bias=-5.0),
     True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5, result_bias=0.0),
 }
-DEFAULT_CALL_BIAS = DEFAULTS[False].call_bias
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,9 @@ class Options:
     call_bias: float
     close_bias: float = 0.0
     result_bias: float = 0.0
+    example: bool = True  # the prelude shows a call example
+    system_role: bool | None = None  # the prelude's tools go in a system turn (None: as the template allows)
+    template: str | None = None  # llama.cpp: the stock template's source (None: the model's own)
 
 
 def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os.environ,
@@ -67,9 +70,13 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
     kwargs = kwargs or {}
     dialect = get_dialect(kwargs.get("tb_dialect") or env.get("TOOLBRIDGE_DIALECT") or None)
     defaults = DEFAULTS[tool_trained]
+    system_role = kwargs.get("tb_system_role")
     return Options(dialect, _number(kwargs, env, "tb_call_bias", defaults.call_bias),
                    _number(kwargs, env, "tb_close_bias", defaults.close_bias),
-                   _number(kwargs, env, "tb_result_bias", defaults.result_bias))
+                   _number(kwargs, env, "tb_result_bias", defaults.result_bias),
+                   example=kwargs.get("tb_example", True) is not False,
+                   system_role=None if system_role is None else bool(system_role),
+                   template=kwargs.get("tb_template") or None)
 
 
 def _number(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: float) -> float:

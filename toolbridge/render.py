@@ -32,7 +32,6 @@ import jinja2.parser
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from .jsondata import plain_data
 from .dialects import DEFAULT_DIALECT, DIALECTS, Dialect, get_dialect, template_table
 
 # Text that user and tool content must not carry into the prompt as is: the turn markers of
@@ -226,7 +225,7 @@ def render_messages(messages: Iterable[Any], tools: Iterable[Any] | None = None,
                     example: bool = True, force: str | None = None) -> list[dict]:
     """OpenAI messages (+ tools) -> plain {role, content} turns any stock template renders."""
     src = prelude(dialect, system_role=system_role, example=example) + "{{ messages | tojson }}"
-    out = compile_template(src).render(messages=plain_data(list(messages)), tools=plain_data(list(tools or [])),
+    out = compile_template(src).render(messages=list(messages), tools=list(tools or []),
                                        **({"tb_force": force} if force else {}))
     return json.loads(out)
 
@@ -235,5 +234,5 @@ def tools_instruction(tools: Iterable[Any], *, dialect: str | Dialect = DEFAULT_
                       example: bool = True, force: str | None = None) -> str:
     """The instruction text the prelude writes for these tools."""
     src = prelude(dialect, example=example) + "{{ tb_i.text }}"
-    return compile_template(src).render(messages=[], tools=plain_data(list(tools)),
+    return compile_template(src).render(messages=[], tools=list(tools),
                                         **({"tb_force": force} if force else {}))

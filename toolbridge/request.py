@@ -1,11 +1,16 @@
-"""Every request-level decision, made once, in one place, for both engines.
+"""Every request-level decision, made once per request, in one place, for both engines.
 
-`prepare` takes what an OpenAI chat request says about tools (tools or the legacy
-functions, tool_choice, parallel_tool_calls, the message history, stop strings, the
-toolbridge options in its template kwargs, and whether the user constrained the output
-themselves) and returns a `ToolRequest`: the checked tools, the choice, the dialect, how
-the answer is generated (`mode`), whether `auto` steering applies, the stop strings, and the
-rules for what the answer's calls and finish reason are. A bad request raises BadRequest.
+A request's plan is built in two steps, each run once (llama.cpp's `common_chat_params` is the
+model: one plan per request, built by one function):
+- `check` reads what an OpenAI chat request says about tools (tools or the legacy functions,
+  tool_choice, parallel_tool_calls, the message history, stop strings) into a `CheckedRequest`;
+  it needs nothing of the model, so a server's request check runs it before the route and hands
+  the result on;
+- `plan` adds what the served model and the request's options decide: the toolbridge options
+  (template kwargs, environment, the model's kind), whether the user constrained the output
+  themselves, and so the dialect, how the answer is generated (`mode`), the stops, the steering
+  and the call guard: a `ToolRequest`, which the engine adapters keep for the whole answer.
+`prepare` is both at once. A bad request raises BadRequest.
 
 Work that depends only on the tool set (checking and compiling schemas, and whatever an
 engine derives from the tools: grammars, structural tags, compile checks) is done once per
@@ -108,6 +113,17 @@ def toolset(tools: Sequence[Any] | None) -> ToolSet:
 
 
 @dataclass(frozen=True)
+class CheckedRequest:
+    """A request's tool fields, checked: the same whatever model answers it."""
+
+    toolset: ToolSet
+    choice: ToolChoice
+    parallel: bool
+    stop: tuple[str, ...]  # the request's own stop strings
+    after_user: bool  # the answer follows a user turn (not tool results)
+
+
+@dataclass(frozen=True)
 class ToolRequest:
     toolset: ToolSet
     choice: ToolChoice
@@ -116,6 +132,7 @@ class ToolRequest:
     mode: str
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
     steer_bias: float = 0.0  # the steering's bias: call_bias after a user turn, result_bias after tool results
+    tool_trained: bool = False  # the served model's own template renders tools
 
     @property
     def steer(self) -> bool:
@@ -149,8 +166,8 @@ class ToolRequest:
             return []
         return self.toolset.memo(("entries", self.dialect.name), lambda: entries(self.tools, self.dialect))
 
-    def loop_guard(self) -> CallGuard | None:
-        """A loop guard for one answer (toolbridge.callguard): read from the answer's start when the
+    def call_guard(self) -> CallGuard | None:
+        """A call guard for one answer (toolbridge.callguard): read from the answer's start when the
         whole answer is calls, from the first call start under `auto`; none for other answers."""
         if self.mode not in (STRICT, LAZY):
             return None
@@ -177,23 +194,31 @@ class ToolRequest:
         return "tool_calls" if calls and self.choice.mode in ("auto", "required") else "stop"
 
 
-def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Sequence[Any] = (),
-            functions: Any = None, function_call: Any = None, parallel_tool_calls: Any = None,
-            template_kwargs: Mapping[str, Any] | None = None, stop: Any = None, user_constraint: bool = False,
-            tool_trained: bool = False, env: Mapping[str, str] = os.environ) -> ToolRequest:
-    """The request's tool handling; raises BadRequest for a request that must be answered 400.
-    `tool_trained`: the served model's own template renders tools (its defaults differ:
-    toolbridge.options.DEFAULTS)."""
+def check(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Sequence[Any] = (),
+          functions: Any = None, function_call: Any = None, parallel_tool_calls: Any = None,
+          stop: Any = None) -> CheckedRequest:
+    """A request's tool fields (plain data), checked; BadRequest for a request that must be
+    answered 400."""
     if not tools and functions:
         tools, legacy_choice = legacy_tools(functions, function_call)
         tool_choice = tool_choice if tool_choice is not None else legacy_choice
     ts = toolset(tools)
     choice = normalize_tool_choice(tool_choice, ts.tools)
     check_tool_results(messages)
+    stops = tuple(dict.fromkeys(s for s in _stop_list(stop) if s))
+    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, follows_user_turn(messages))
+
+
+def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None = None,
+         user_constraint: bool = False, tool_trained: bool = False, env: Mapping[str, str] = os.environ) -> ToolRequest:
+    """The request's plan for the served model; raises BadRequest for a request that must be
+    answered 400. `tool_trained`: the model's own template renders tools (its defaults differ:
+    toolbridge.options.DEFAULTS)."""
     try:
         options = resolve(template_kwargs, env, tool_trained)
     except ValueError as e:
         raise BadRequest(str(e), param="chat_template_kwargs") from None
+    ts, choice = checked.toolset, checked.choice
     if not ts.tools or choice.mode == "none":
         mode = PLAIN
     elif user_constraint:
@@ -202,14 +227,21 @@ def prepare(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: S
         mode = STRICT
     else:
         mode = LAZY
-    stops = _stop_list(stop)
+    stops = list(checked.stop)
     if choice.forced:
         _check_forced(choice, options.dialect, stops, user_constraint)
     if mode != PLAIN:
         stops += options.dialect.stop
-    steer_bias = options.call_bias if follows_user_turn(messages) else options.result_bias
-    return ToolRequest(ts, choice, options, parallel_tool_calls is not False, mode,
-                       tuple(dict.fromkeys(s for s in stops if s)), steer_bias)
+    steer_bias = options.call_bias if checked.after_user else options.result_bias
+    return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
+                       steer_bias, tool_trained)
+
+
+def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,
+            tool_trained: bool = False, env: Mapping[str, str] = os.environ, **fields: Any) -> ToolRequest:
+    """`check` and `plan` at once: the plan of a chat request whose tool fields are `fields`."""
+    return plan(check(**fields), template_kwargs=template_kwargs, user_constraint=user_constraint,
+                tool_trained=tool_trained, env=env)
 
 
 def _check_forced(choice: ToolChoice, dialect: Dialect, stops: Sequence[str], user_constraint: bool) -> None:

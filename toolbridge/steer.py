@@ -19,7 +19,6 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .jsondata import plain_data
 from .dialects import BARE_JSON, Dialect
 from .grammar import call_starts
 
@@ -121,7 +120,6 @@ def _paths(paths: Any) -> tuple[tuple[int, ...], ...]:
 def follows_user_turn(messages: Sequence[Any]) -> bool:
     """Whether the answer follows a user turn (system turns aside)."""
     for m in reversed(list(messages or ())):
-        m = plain_data(m)
         role = m.get("role") if isinstance(m, Mapping) else None
         if role != "system":
             return role == "user"

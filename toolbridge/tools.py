@@ -123,7 +123,6 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
 
 def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
     """OpenAI `tool_choice` -> ToolChoice. No choice with tools means `auto`."""
-    choice = plain_data(choice)
     if choice is None:
         return ToolChoice("auto" if tools else "none")
     if isinstance(choice, str):
@@ -133,7 +132,7 @@ def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
             raise BadRequest(f"tool_choice {choice!r} needs a non-empty tools list.", param="tool_choice")
         return ToolChoice(choice)
     if isinstance(choice, Mapping):
-        fn = plain_data(choice.get("function")) or {}
+        fn = choice.get("function") or {}
         name = fn.get("name") if isinstance(fn, Mapping) else None
         name = name or choice.get("name")
         if not isinstance(name, str):
@@ -150,7 +149,6 @@ def check_tool_results(messages: Iterable[Any]) -> None:
     made (matched by tool_call_id); anything else is a bad request, not a prompt."""
     ids: set[str] = set()
     for i, m in enumerate(messages or ()):
-        m = plain_data(m)
         if not isinstance(m, Mapping):
             continue
         if m.get("role") == "assistant":
@@ -163,8 +161,8 @@ def check_tool_results(messages: Iterable[Any]) -> None:
 
 def legacy_tools(functions: Any, function_call: Any) -> tuple[list | None, Any]:
     """The deprecated `functions` / `function_call` as `tools` / `tool_choice`."""
-    tools = [{"type": "function", "function": f} for f in plain_data(functions or [])] or None
-    choice = plain_data(function_call)
+    tools = [{"type": "function", "function": f} for f in functions or []] or None
+    choice = function_call
     if isinstance(choice, Mapping) and "name" in choice:
         choice = {"type": "function", "function": {"name": choice["name"]}}
     return tools, choice

@@ -10,27 +10,28 @@ logits processors, so a token the constraint forbids stays at -inf whatever is a
 Per step it costs what the batch needs, not what it holds:
 - a request is kept only while a rule may still speak: steering within its horizon, or a guard;
 - an `auto` answer's guard, until a call starts, looks at each new token's id alone: only a token
-  whose text may begin a call start (toolbridge.logits.start_marks) is decoded and read, and the
+  whose text may begin a call start (toolbridge.vocab.Vocabulary.marks) is decoded and read, and the
   tokens after it while a start may be forming;
 - the rule runs for the requests with steering in its horizon or an armed guard, each reading the
-  text of its new token from a table of token texts (no tokenizer call);
-- all of the step's changes go into the logits in one indexed add, the holds (`only`) in one masked
-  select, and the top token is read once, for the rows whose guard decides on it.
+  text of its new token from the vocabulary's table of token texts (no tokenizer call);
+- all of the step's changes are written at once by the core's writer (toolbridge.logits.write: one
+  indexed add, the holds in one masked select), and the top token is read once, for the rows whose
+  guard decides on it.
 Everything is decided on the CPU from the output token ids vLLM hands over (its lists, shared by
 reference, which it completes before logits processors run); the logits are only written, and read
 back at most once a step.
 """
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.logits import start_marks, token_changes
-from toolbridge.callguard import CallGuard, closers, enders
+from toolbridge.callguard import CallGuard
+from toolbridge.logits import Edit, token_changes, write
 from toolbridge.steer import Steering
+from toolbridge.vocab import Vocabulary, hf_vocabulary
 
 
 class _Answer:
@@ -62,51 +63,6 @@ def _unasked() -> str:
     return ""
 
 
-class _Step:
-    """One step's changes for the batch, written into the logits at once."""
-
-    __slots__ = ("logits", "vocab", "rows", "tokens", "values", "held_rows", "held")
-
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits
-        self.vocab = logits.shape[-1]
-        self.rows: list[int] = []
-        self.tokens: list[int] = []
-        self.values: list[float] = []
-        self.held_rows: list[int] = []
-        self.held: list[list[int]] = []
-
-    def add(self, row: int, changes: Sequence[tuple[int, float]], only: Sequence[int] | None) -> None:
-        vocab = self.vocab
-        for token, change in changes:
-            if 0 <= token < vocab:  # ids from a request's arguments: none outside the logits
-                self.rows.append(row)
-                self.tokens.append(token)
-                self.values.append(change)
-        if only is not None:
-            kept = [t for t in only if 0 <= t < vocab]
-            if kept:
-                self.held_rows.append(row)
-                self.held.append(kept)
-
-    def write(self, tensor: Callable[..., torch.Tensor]) -> None:
-        """Every change added in one indexed add; then each held row's other tokens set to -inf
-        where one of its held tokens at least is finite (else something else forbids them all and
-        the row is left as it is), in one masked select; nothing is read back."""
-        logits = self.logits
-        if self.rows:
-            logits.index_put_((tensor(self.rows), tensor(self.tokens)), tensor(self.values, logits.dtype),
-                              accumulate=True)
-        if self.held_rows:
-            at = tensor(self.held_rows)
-            sub = logits.index_select(0, at)
-            keep = torch.zeros_like(sub, dtype=torch.bool)
-            keep[tensor([i for i, kept in enumerate(self.held) for _ in kept]),
-                 tensor([t for kept in self.held for t in kept])] = True
-            held = sub.masked_fill(~keep, -math.inf)
-            logits.index_copy_(0, at, torch.where(held.isfinite().any(dim=-1, keepdim=True), held, sub))
-
-
 class CallBias(LogitsProcessor):
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool):
         self._model_config = getattr(vllm_config, "model_config", None)
@@ -115,12 +71,8 @@ class CallBias(LogitsProcessor):
         self._answers: dict[int, _Answer] = {}  # batch row -> its answer, while a rule may speak
         self._watch: dict[int, _Answer] = {}  # ... whose guard waits for a call start
         self._ruled: dict[int, _Answer] = {}  # ... which the rule may change at the next step
-        self._tokenizer: Any = None
+        self._vocab: Vocabulary | None = None
         self._no_text = False  # no tokenizer could be loaded
-        self._texts: list[str] = []  # each token's text, by id
-        self._marks: dict[str, bytearray] = {}  # a guard's start characters -> start_marks
-        self._closers: tuple[int, ...] = ()
-        self._enders: tuple[tuple[int, str], ...] = ()
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -134,9 +86,9 @@ class CallBias(LogitsProcessor):
         return cached_tokenizer_from_config(self._model_config)
 
     def _text_ready(self) -> bool:
-        """Whether the model's detokenizer is loaded (the guard reads text), with each token's
-        text and the guard's closing tokens; loads them once."""
-        if self._tokenizer is None:
+        """Whether the model's vocabulary is loaded (the guard reads text), with each token's text
+        (the guard reads them from the table, no tokenizer call); loads them once."""
+        if self._vocab is None:
             if self._no_text:
                 return False
             try:
@@ -146,21 +98,9 @@ class CallBias(LogitsProcessor):
             if tok is None:
                 self._no_text = True
                 return False
-            self._tokenizer = tok
-            self._texts = [tok.decode([t]) for t in range(len(tok))]
-            encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
-            self._closers, self._enders = closers(encode), enders(encode, self._token_text)
+            self._vocab = hf_vocabulary(tok)
+            self._vocab.texts  # noqa: B018 (decoded once, here, not at a request's first step)
         return True
-
-    def _token_text(self, token: int) -> str:
-        texts = self._texts
-        return texts[token] if 0 <= token < len(texts) else self._decode([token])
-
-    def _decode(self, tokens: list[int]) -> str:
-        try:
-            return self._tokenizer.decode(tokens)
-        except Exception:  # an id the tokenizer does not know: no text
-            return ""
 
     # -- the batch --------------------------------------------------------------------------------
     def _new_answer(self, params: Any, output_ids: list[int]) -> _Answer | None:
@@ -175,9 +115,7 @@ class CallBias(LogitsProcessor):
             return None
         marks = b""
         if guard is not None and not guard.armed:
-            marks = self._marks.get(guard.firsts)
-            if marks is None:
-                marks = self._marks[guard.firsts] = start_marks(self._texts, guard.firsts)
+            marks = self._vocab.marks(guard.firsts)
         answer = _Answer(output_ids, steering, guard, marks)
         return answer if answer.ruled or answer.watching else None
 
@@ -218,8 +156,9 @@ class CallBias(LogitsProcessor):
         ruled = self._ruled
         if not ruled:
             return logits
-        closers, enders = self._closers, self._enders
-        step = None
+        vocab = self._vocab
+        closers, enders = (vocab.closers, vocab.enders) if vocab is not None else ((), ())
+        edits: list[Edit] = []
         asks: list[int] = []  # rows whose guard decides on the model's top token
         silent: list[int] = []
         for row, a in ruled.items():
@@ -237,8 +176,7 @@ class CallBias(LogitsProcessor):
                 guard = None
             changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders)
             if changes or only is not None:
-                step = step or _Step(logits)
-                step.add(row, changes, only)
+                edits.append((row, changes, only))
         for row in silent:
             if not ruled.pop(row).watching:
                 del self._answers[row]
@@ -246,13 +184,12 @@ class CallBias(LogitsProcessor):
             asks.sort()
             for row, top in zip(asks, self._top(logits, asks)):
                 a = ruled[row]
-                changes, only = token_changes(a.steering, a.ids, a.guard, lambda top=top: self._token_text(top),
+                changes, only = token_changes(a.steering, a.ids, a.guard, lambda top=top: vocab.text(top),
                                               closers, enders)
                 if changes or only is not None:
-                    step = step or _Step(logits)
-                    step.add(row, changes, only)
-        if step is not None:
-            step.write(self._tensor)
+                    edits.append((row, changes, only))
+        if edits:
+            write(logits, edits, self._tensor)
         return logits
 
     def _look(self) -> None:
@@ -284,11 +221,11 @@ class CallBias(LogitsProcessor):
         a.read = n = len(ids)
         if n == read + 1:  # the usual step: one new token, its text from the table
             if ids[read] >= 0:
-                a.guard.feed(self._token_text(ids[read]))
+                a.guard.feed(self._vocab.text(ids[read]))
             return
         new = [t for t in ids[read:] if t >= 0]
         if new:
-            a.guard.feed(self._token_text(new[0]) if len(new) == 1 else self._decode(new))
+            a.guard.feed(self._vocab.text(new[0]) if len(new) == 1 else self._vocab.join(new))
 
     def _tensor(self, data: Sequence, dtype: torch.dtype = torch.long) -> torch.Tensor:
         t = torch.tensor(data, dtype=dtype, pin_memory=self._pin)

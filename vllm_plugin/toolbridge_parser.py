@@ -2,7 +2,12 @@
 
 Loadable three ways: `--tool-parser-plugin vllm_plugin`, `--tool-parser-plugin
 /path/to/vllm_plugin/toolbridge_parser.py` (run as a standalone file: absolute imports only,
-and safe to execute twice), or the `vllm.general_plugins` entry point once installed.
+and safe to execute twice), or the `vllm.general_plugins` entry point once installed. Importing it
+registers the parser, as vLLM's plugin loading expects, and installs the one seam it needs in vLLM
+(`register`).
+
+A request's plan (toolbridge.request) is made once, in adjust_request, and kept with the request
+object for the answer (extract_tool_calls, or the stream): vLLM hands the same object to each.
 """
 from __future__ import annotations
 
@@ -14,11 +19,12 @@ from toolbridge import BadRequest
 from toolbridge.apis import responses
 from toolbridge.deltas import delta
 from toolbridge.chat_templates import renders_tools
+from toolbridge.jsondata import plain_data
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.markers import TurnCut
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
-from toolbridge.steer import Steering
 from toolbridge.stream import StreamParser
+from toolbridge.vocab import hf_vocabulary
 from vllm_plugin.constraint import OTHER_CONSTRAINTS, memoize_validation, only_tag, structural_tag
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
@@ -64,7 +70,7 @@ class ToolbridgeToolParser(ToolParser):
         response_format or structured output is left alone."""
         if not getattr(request, "tools", None):
             return request
-        req = _prepare(request, self.model_tokenizer)
+        req = _plan(request, self.model_tokenizer)
         if req.mode == PLAIN:
             return request
         request.stop = list(req.stop)
@@ -73,8 +79,8 @@ class ToolbridgeToolParser(ToolParser):
         xargs = {k: v for k, v in (getattr(request, "vllm_xargs", None) or {}).items()
                  if not k.startswith("toolbridge_")}  # the logit rules' arguments are ours alone
         if req.steer and self.model_tokenizer is not None:
-            xargs.update(_steering(self.model_tokenizer, req).to_args())
-        guard = req.loop_guard()
+            xargs.update(hf_vocabulary(self.model_tokenizer).steering(req).to_args())
+        guard = req.call_guard()
         if guard is not None:
             xargs.update(guard.to_args())
         request.vllm_xargs = xargs
@@ -85,12 +91,11 @@ class ToolbridgeToolParser(ToolParser):
                 request.response_format = None
             else:  # a Responses request: its text format would be a second constraint
                 request.text = None
-            _OURS[id(request.structured_outputs)] = request.structured_outputs
         return request
 
     # -- non-streaming --------------------------------------------------------------------------
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
-        req = _prepare(request, self.model_tokenizer) if request.tools else None
+        req = _plan(request, self.model_tokenizer) if request.tools else None
         if req is None or req.mode == PLAIN:
             return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=TurnCut.whole(model_output))
         result = req.parse(model_output)
@@ -106,7 +111,7 @@ class ToolbridgeToolParser(ToolParser):
                                      previous_token_ids: Sequence[int], current_token_ids: Sequence[int],
                                      delta_token_ids: Sequence[int], request: Any) -> DeltaMessage | None:
         if self._stream is None and self._passthrough is None:
-            req = _prepare(request, self.model_tokenizer) if request.tools else None
+            req = _plan(request, self.model_tokenizer) if request.tools else None
             if req is None or req.mode == PLAIN:
                 self._passthrough = TurnCut()
             else:
@@ -151,23 +156,38 @@ class ToolbridgeToolParser(ToolParser):
         return DeltaMessage.model_validate(d) if d is not None else None
 
 
-def _prepare(request: Any, tokenizer: Any) -> ToolRequest:
-    """The core's request decision, for a chat or a Responses request; vLLM answers a
-    ValueError with 400."""
+# Each request's plan while the request lives: by the request object's id, checked against a weak
+# reference to it (an id is reused only after its object is gone, and the entry goes with it).
+_PLANS: dict[int, tuple[weakref.ref, ToolRequest]] = {}
+
+
+def _plan(request: Any, tokenizer: Any) -> ToolRequest:
+    """The request's plan: the one kept for it, else made now (the core's decision, for a chat or
+    a Responses request) and kept; vLLM answers a ValueError with 400."""
+    key = id(request)
+    kept = _PLANS.get(key)
+    if kept is not None and kept[0]() is request:
+        return kept[1]
     try:
         kw = dict(_chat_fields(request), template_kwargs=getattr(request, "chat_template_kwargs", None),
-                  tool_trained=_tool_trained(tokenizer))
+                  tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
         user = _user_constraint(request)
         own = _own_plan(kw, user) if isinstance(user, str) else None
-        return own if own is not None else prepare(**kw, user_constraint=bool(user))
+        req = own if own is not None else prepare(**kw, user_constraint=bool(user))
     except BadRequest as e:
         raise ValueError(e.message) from None
+    try:
+        ref = weakref.ref(request, lambda r, key=key: _PLANS.pop(key, None) if _PLANS.get(key, (r,))[0] is r else None)
+    except TypeError:  # an object without weak references: planned again when asked again
+        return req
+    _PLANS[key] = (ref, req)
+    return req
 
 
 def _own_plan(kw: dict, tag: str) -> ToolRequest | None:
     """The request's plan when its sole constraint, `tag`, is the structural tag toolbridge itself
     sets for it, carried in from another process: vLLM's render / derender split hands /derender the
-    request as adjust_request left it, and `_OURS` knows only this process's objects."""
+    request as adjust_request left it, and the plan kept with the request lives in the other process."""
     try:
         req = prepare(**kw, user_constraint=False)
     except BadRequest:
@@ -189,58 +209,36 @@ RESPONSES_FIELDS = {"input", "instructions", "tools", "tool_choice", "parallel_t
 
 
 def _chat_fields(request: Any) -> dict:
-    """The chat fields `prepare` reads: a chat request's own, or a Responses request read by the
-    core's Responses reader (input items, flat function tools, its tool_choice shape)."""
+    """The chat fields `prepare` reads, as plain data: a chat request's own, or a Responses request
+    read by the core's Responses reader (input items, flat function tools, its tool_choice shape).
+    Tools stay vLLM's objects: the core reads the four fields it needs of each (toolbridge.tools.
+    tool_fields) to find a tool set it has seen, which costs less than converting them all."""
     if not hasattr(request, "messages"):
         request = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS,
                                                             exclude_none=True))
         return {k: request.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}
-    return {"tools": request.tools, "tool_choice": request.tool_choice, "messages": request.messages,
-            "parallel_tool_calls": request.parallel_tool_calls, "stop": request.stop}
-
-
-_TRAINED: dict[int, bool] = {}
-
-
-def _tool_trained(tokenizer: Any) -> bool:
-    """Whether the model's own chat template (the tokenizer's, whatever --chat-template serves)
-    renders tools; found once per tokenizer."""
-    key = id(tokenizer)
-    if key not in _TRAINED:
-        _TRAINED[key] = renders_tools(getattr(tokenizer, "chat_template", None))
-    return _TRAINED[key]
-
-
-def _steering(tokenizer: Any, req: ToolRequest) -> Steering:
-    """The request's steering in this tokenizer's ids (kept with the tool set)."""
-    def build() -> Steering:
-        return Steering.for_dialect(req.dialect, req.steer_bias,
-                                    lambda t: tokenizer.encode(t, add_special_tokens=False), [t.name for t in req.tools])
-
-    return req.toolset.memo(("vllm-steering", id(tokenizer), req.dialect.name, req.steer_bias), build)
-
-
-# The constraints adjust_request set (the parser reads the same request again for its answer,
-# and must not take toolbridge's own constraint for the user's).
-_OURS: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()
+    return {"tools": request.tools, "tool_choice": plain_data(request.tool_choice),
+            "messages": plain_data(request.messages), "parallel_tool_calls": request.parallel_tool_calls,
+            "stop": request.stop}
 
 
 def _user_constraint(request: Any) -> bool | str:
     """Whether the user constrained the answer themselves (response_format, a Responses text
-    format, structured outputs), not counting the constraint adjust_request set in this process;
-    a structural tag that is the sole constraint is returned, since it may be toolbridge's own from
-    another process (`_own_plan`)."""
+    format, structured outputs); a structural tag that is the sole constraint is returned, since it
+    may be toolbridge's own, set by adjust_request in another process (`_own_plan`)."""
     rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
     if rf is not None and getattr(rf, "type", "text") != "text":
         return True
     so = getattr(request, "structured_outputs", None)
-    if so is None or _OURS.get(id(so)) is so:
+    if so is None:
         return False
     return only_tag(so) or any(getattr(so, k, None) for k in (*OTHER_CONSTRAINTS, "structural_tag"))
 
 
 def register() -> None:
-    """Register the parser under its name (idempotent; the plugin file may run twice)."""
+    """Register the parser under its name, and install the one seam toolbridge needs in vLLM:
+    vLLM's validation of a request's structural tag remembers the tags it passed
+    (vllm_plugin.constraint.memoize_validation). Idempotent; the plugin file may run twice."""
     ToolParserManager.register_module(NAME, force=True, module=ToolbridgeToolParser)
     memoize_validation()
 

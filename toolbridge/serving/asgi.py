@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from ..apis import anthropic, responses
 from ..errors import BadRequest
-from ..request import prepare
+from ..request import CheckedRequest, check, plan
 
 CHAT_PATH = "/chat/completions"
 RESPONSES_PATH = "/v1/responses"
@@ -34,21 +34,28 @@ def read_body(body: bytes) -> dict:
     return data
 
 
-def check_request(data: dict) -> None:
-    """The core's request checks (tools, tool_choice, tool history, stop) on the raw body."""
-    prepare(tools=data.get("tools"), tool_choice=data.get("tool_choice"), messages=_list(data.get("messages")),
-            functions=data.get("functions"), function_call=data.get("function_call"),
-            parallel_tool_calls=data.get("parallel_tool_calls"), stop=data.get("stop"))
+def check_request(data: dict) -> CheckedRequest:
+    """The core's request checks (tools, tool_choice, tool history, stop) on the raw body: the
+    request's checked tool fields, which a server may hand on to its handler."""
+    return check(tools=data.get("tools"), tool_choice=data.get("tool_choice"), messages=_list(data.get("messages")),
+                 functions=data.get("functions"), function_call=data.get("function_call"),
+                 parallel_tool_calls=data.get("parallel_tool_calls"), stop=data.get("stop"))
+
+
+def check_chat(data: dict) -> None:
+    """A chat body checked whole: its tool fields, then its plan with the default options (a
+    forced call that a stop string makes impossible depends on the dialect)."""
+    plan(check_request(data))
 
 
 def check_responses(data: dict) -> None:
     """A Responses body, read by the core's reader, then checked as its chat request."""
-    check_request(responses.chat_request(data))
+    check_chat(responses.chat_request(data))
 
 
 def check_messages(data: dict) -> None:
     """A Messages body, read by the core's reader, then checked as its chat request."""
-    check_request(anthropic.chat_request(data))
+    check_chat(anthropic.chat_request(data))
 
 
 def _openai_error(e: BadRequest) -> dict:
@@ -71,7 +78,7 @@ class RequestCheck:
         self.app = app
 
     def check(self, data: dict) -> bool:
-        check_request(data)
+        check_chat(data)
         return False
 
     def wrap_send(self, data: dict, send: Callable) -> Callable:

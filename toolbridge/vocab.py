@@ -1,0 +1,90 @@
+"""A tokenizer as the core's logit rules see it, written once for every engine: how text encodes,
+each token's text, and the token tables derived from them (the tokens that close a string, that
+end a call's arguments, that may begin a call start, and a request's steering), each built once
+per vocabulary (and per tool set, for the steering).
+
+An adapter builds its engine's view once (`vocabulary`, keyed by something stable: a model's path
+or name, never an object's id) and only writes the rules' answers into its engine's logits."""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Callable, Hashable
+
+from .callguard import closers, enders
+from .logits import start_marks
+from .memo import Memo
+from .steer import Steering
+
+if TYPE_CHECKING:
+    from .request import ToolRequest
+
+
+class Vocabulary:
+    def __init__(self, key: Hashable, encode: Callable[[str], list[int]], decode: Callable[[int], str], size: int,
+                 join: Callable[[list[int]], str] | None = None):
+        self.key = key
+        self.encode = encode  # text -> token ids, no special tokens added
+        self.decode = decode  # one token id -> its text
+        self.size = size
+        self.join = join or (lambda ids: "".join(map(self.text, ids)))  # several tokens -> their text
+        self._marks: Memo[bytearray] = Memo(16)
+
+    @cached_property
+    def texts(self) -> list[str]:
+        """Every token's text, by id (decoded once)."""
+        return [self.decode(t) for t in range(self.size)]
+
+    def text(self, token: int) -> str:
+        """A token's text: from the table once it is built, else decoded ("" for no token)."""
+        if "texts" in self.__dict__:
+            return self.texts[token] if 0 <= token < self.size else ""
+        return self.decode(token) if 0 <= token < self.size else ""
+
+    @cached_property
+    def closers(self) -> tuple[int, ...]:
+        """The tokens that begin with a string's closing quote (toolbridge.callguard)."""
+        return closers(self.encode)
+
+    @cached_property
+    def enders(self) -> tuple[tuple[int, str], ...]:
+        """The tokens that may end a call's arguments, with their texts (toolbridge.callguard)."""
+        return enders(self.encode, self.text)
+
+    def marks(self, firsts: str) -> bytearray:
+        """For each token id, 1 where its text holds one of `firsts` (a call start can only begin
+        in such a token), then a 0 for the placeholder id -1."""
+        return self._marks.get(firsts, lambda: start_marks(self.texts if firsts else [""] * self.size, firsts))
+
+    def steering(self, req: "ToolRequest") -> Steering:
+        """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
+        return req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias),
+                                lambda: Steering.for_dialect(req.dialect, req.steer_bias, self.encode,
+                                                             [t.name for t in req.tools]))
+
+
+_VOCABULARIES: Memo[Vocabulary] = Memo(8)
+
+
+def vocabulary(key: Hashable, build: Callable[[], Vocabulary]) -> Vocabulary:
+    """The view of the vocabulary `key` names, built once."""
+    return _VOCABULARIES.get(key, build)
+
+
+def hf_vocabulary(tokenizer: Any) -> Vocabulary:
+    """The view of a Hugging Face style tokenizer (`encode(text, add_special_tokens=False)`,
+    `decode([id])`, `len()`: vLLM's), keyed by its name or path and size."""
+    def decode(token: int) -> str:
+        try:
+            return tokenizer.decode([token])
+        except Exception:  # an id the tokenizer does not know: no text
+            return ""
+
+    def join(tokens: list[int]) -> str:
+        try:
+            return tokenizer.decode(tokens)
+        except Exception:
+            return ""
+
+    key = ("hf", type(tokenizer).__name__, getattr(tokenizer, "name_or_path", None), len(tokenizer))
+    return vocabulary(key, lambda: Vocabulary(key, lambda t: tokenizer.encode(t, add_special_tokens=False), decode,
+                                              len(tokenizer), join))
