@@ -18,6 +18,7 @@ from toolbridge.jsondata import json_string
 from toolbridge.dialects import Dialect
 from toolbridge.errors import BadRequest
 from toolbridge.grammar import Entry, constrain, frames, separator
+from toolbridge.memo import Memo
 from toolbridge.request import ToolSet
 from toolbridge.tools import Tool, ToolChoice
 
@@ -84,7 +85,7 @@ def entry_grammar(llama: llama_cpp.Llama, toolset: ToolSet, entry: Entry, choice
                     choice, False, entry.trigger)
 
 
-_RESPONSE: dict[tuple, LlamaGrammar] = {}
+_RESPONSE: Memo[LlamaGrammar] = Memo(128)
 
 
 def response_grammar(llama: llama_cpp.Llama, response_format: Any) -> LlamaGrammar | None:
@@ -94,23 +95,21 @@ def response_grammar(llama: llama_cpp.Llama, response_format: Any) -> LlamaGramm
     schema = response_format.get("schema")
     if not isinstance(schema, dict):
         return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    key = (model_key(llama), json.dumps(schema, sort_keys=True))
-    found = _RESPONSE.get(key)
-    if found is None:
-        text = JSON_GBNF
-        try:
-            converted = schema_grammar(schema)
-            if compiles(llama, converted):
-                text = converted
-            else:
-                log.warning("toolbridge: llama.cpp rejected the response_format grammar; using generic JSON")
-        except CONVERSION_ERRORS as e:
-            log.warning("toolbridge: response_format schema not converted (%s); using generic JSON", e)
-        found = LlamaGrammar.from_string(text, verbose=False)
-        if len(_RESPONSE) >= 128:
-            _RESPONSE.clear()
-        _RESPONSE[key] = found
-    return found
+    return _RESPONSE.get((model_key(llama), json.dumps(schema, sort_keys=True)), lambda: _schema_grammar(llama, schema))
+
+
+def _schema_grammar(llama: llama_cpp.Llama, schema: dict) -> LlamaGrammar:
+    """A response_format schema's grammar, checked (generic JSON where it cannot be converted)."""
+    text = JSON_GBNF
+    try:
+        converted = schema_grammar(schema)
+        if compiles(llama, converted):
+            text = converted
+        else:
+            log.warning("toolbridge: llama.cpp rejected the response_format grammar; using generic JSON")
+    except CONVERSION_ERRORS as e:
+        log.warning("toolbridge: response_format schema not converted (%s); using generic JSON", e)
+    return LlamaGrammar.from_string(text, verbose=False)
 
 
 def user_grammar(llama: llama_cpp.Llama, grammar: LlamaGrammar | None, response_format: Any) -> LlamaGrammar | None:

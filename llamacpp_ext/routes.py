@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
-from toolbridge.apis import anthropic, responses
+from toolbridge.apis import anthropic, responses, responses_stream
 from toolbridge.apis.fields import new_id
 from toolbridge.errors import BadRequest
 from toolbridge.serving.asgi import read_body, receive_body, replay, send_json, with_body
@@ -98,7 +98,7 @@ class _Responses:
         return resp
 
     def stream(self) -> Any:
-        return responses.ResponseStream(self.data, self.id)
+        return responses_stream.ResponseStream(self.data, self.id)
 
     def finish(self, stream: Any) -> list[dict]:
         events = stream.finish_events()

@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolbridge import BadRequest
-from toolbridge.apis import anthropic, responses
+from toolbridge.apis import anthropic, responses, responses_stream
 from toolbridge.serving.asgi import check_messages, check_responses
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather",
@@ -76,7 +76,7 @@ def test_responses_namespace_custom_and_builtin_tools():
     whole = responses.response(completion, {"tools": tools})["output"]
     assert (whole[0]["type"], whole[0]["namespace"], whole[0]["name"]) == ("function_call", "agents", "spawn")
     assert (whole[1]["type"], whole[1]["input"]) == ("custom_tool_call", "diff")
-    stream = responses.ResponseStream({"tools": tools})
+    stream = responses_stream.ResponseStream({"tools": tools})
     events = [e for c in chunks(completion, [3]) for e in stream.feed(c)] + stream.finish_events()
     assert strip_ids(events[-1]["response"]["output"]) == strip_ids(whole)
     assert "response.custom_tool_call_input.done" in [e["type"] for e in events]
@@ -167,7 +167,7 @@ def strip_ids(items: list[dict]) -> list[dict]:
 @settings(max_examples=60)
 @given(st.lists(st.integers(0, 40), max_size=6))
 def test_responses_stream_adds_up_to_the_response(cuts):
-    stream = responses.ResponseStream({"model": "m"})
+    stream = responses_stream.ResponseStream({"model": "m"})
     events = [e for c in chunks(COMPLETION, cuts) for e in stream.feed(c)] + stream.finish_events()
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
     assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"

@@ -154,3 +154,58 @@ def test_the_logits_processor_loads_by_name_and_by_entry_point_as_a_batch_proces
     assert _load_logitsprocs_by_fqcns(["vllm_plugin.bias:CallBias"]) == [CallBias]
     assert CallBias in _load_logitsprocs_plugins()
     assert issubclass(CallBias, LogitsProcessor) and not issubclass(CallBias, AdapterLogitsProcessor)
+
+
+def test_one_plan_per_request(monkeypatch):
+    """adjust_request plans the request; the answer, whole or streamed, reads the plan kept with
+    the request object vLLM hands on, instead of planning again."""
+    import toolbridge.request as core
+    planned = []
+    real = core.plan
+    monkeypatch.setattr(core, "plan", lambda *a, **kw: planned.append(1) or real(*a, **kw))
+    req = adjusted(tool_choice="auto")
+    out = '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>'
+    ToolbridgeToolParser(None).extract_tool_calls(out, req)
+    stream = ToolbridgeToolParser(None)
+    for i in range(0, len(out), 7):
+        stream.extract_tool_calls_streaming(out[:i], out[:i + 7], out[i:i + 7], [], [], [], req)
+    stream.finish_streaming()
+    assert len(planned) == 1
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "search"}}])
+def test_own_constraint_is_recognised_on_a_copy_of_the_request(choice):
+    """Where the plan kept with the request is not there (vLLM's /derender gets the adjusted request
+    from another process), the structural tag toolbridge set is recognised by its content."""
+    req = adjusted(tool_choice=choice).model_copy(deep=True)
+    out = '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>'
+    info = ToolbridgeToolParser(None).extract_tool_calls(out, req)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls] == [("search", {"query": "x"})]
+
+
+def test_the_validation_seam_is_installed_once_and_remembers_only_sole_tags():
+    """Importing the plugin installs one seam in vLLM: its structural-tag validation remembers the
+    tags it passed (registering again does not wrap it twice); any other constraint is validated
+    every time."""
+    from types import SimpleNamespace
+
+    from vllm.v1.structured_output import backend_xgrammar
+
+    from vllm_plugin import register
+    from vllm_plugin.constraint import OTHER_CONSTRAINTS, remembering
+    validate = backend_xgrammar.validate_xgrammar_grammar
+    assert getattr(validate, "toolbridge_memo", False)
+    register()
+    assert backend_xgrammar.validate_xgrammar_grammar is validate
+
+    def params(**kw):
+        return SimpleNamespace(structured_outputs=SimpleNamespace(**{**dict.fromkeys(OTHER_CONSTRAINTS),
+                                                                     "structural_tag": None, **kw}))
+
+    seen = []
+    check = remembering(seen.append)
+    sole, other = params(structural_tag='{"type": "structural_tag"}'), params(json={"type": "object"})
+    mixed = params(structural_tag='{"type": "structural_tag"}', regex="a+")
+    for p in (sole, sole, other, other, mixed, mixed):
+        check(p)
+    assert seen == [sole, other, other, mixed, mixed]

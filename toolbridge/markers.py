@@ -14,6 +14,7 @@ from typing import Iterable
 
 from .dialects import DIALECTS, Dialect
 from .lenient import WS
+from .memo import Memo
 
 # marker kinds
 K_OPEN, K_LABEL, K_END, K_STRAY = range(4)
@@ -84,15 +85,13 @@ class MarkerTable:
         self.end_reach = max(map(len, ends)) - 1  # the longest proper prefix
 
 
-_TABLES: dict[tuple[str, ...], MarkerTable] = {}
+_TABLES: Memo[MarkerTable] = Memo(16)
 
 
 def markers(dialects: Iterable[Dialect] | None) -> MarkerTable:
+    """The marker table of these dialects (default: all), built once per set of dialects."""
     ds = tuple(dialects) if dialects is not None else tuple(DIALECTS.values())
-    key = tuple(d.name for d in ds)
-    if key not in _TABLES:
-        _TABLES[key] = MarkerTable(ds)
-    return _TABLES[key]
+    return _TABLES.get(tuple(d.name for d in ds), lambda: MarkerTable(ds))
 
 
 class ContentGuard:

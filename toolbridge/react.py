@@ -93,3 +93,31 @@ class ReactReader:
         if self.slot is not None:
             self.slot.end(complete)
             self.slot = None
+
+
+class ReactScanning:
+    """The stream parser's part for a ReAct call (toolbridge.stream.StreamParser): the reader
+    above finds the action and its input; the parser's state machine does the rest."""
+
+    def _react(self, s: str, i: int, final: bool) -> int:
+        while True:
+            j, found = self.react.feed(s, i, final)
+            if found == NAMED:  # a call: its marker and name are not content
+                self.held = []
+                self.ws = ""
+                i = j
+                continue
+            if found == NOT_A_CALL:
+                self.held.append(self.react.name_text)
+                self._fail()
+            elif found == INPUT:
+                self._begin_body(self.dialect, slot=self.react.slot)
+                self.body.committed = True
+            elif found == END:
+                self._end_react(complete=True)
+            return j
+
+    def _end_react(self, complete: bool) -> None:
+        self.react.end(complete)
+        self.react = None
+        self._to_content()

@@ -33,6 +33,7 @@ from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from .dialects import DEFAULT_DIALECT, DIALECTS, Dialect, get_dialect, template_table
+from .memo import Memo
 
 # Text that user and tool content must not carry into the prompt as is: the turn markers of
 # the chat formats (`<|` covers every `<|...|>` token), plus the dialect's own `<...>` markers.
@@ -208,16 +209,12 @@ def environment() -> jinja2.Environment:
 
 
 _ENV = environment()
-_CACHE: dict[tuple, jinja2.Template] = {}
+_COMPILED: Memo[jinja2.Template] = Memo(64)
 
 
 def compile_template(source: str) -> jinja2.Template:
-    key = (source,)
-    if key not in _CACHE:
-        if len(_CACHE) > 64:
-            _CACHE.clear()
-        _CACHE[key] = _ENV.from_string(source)
-    return _CACHE[key]
+    """A template compiled once per text."""
+    return _COMPILED.get(source, lambda: _ENV.from_string(source))
 
 
 def render_messages(messages: Iterable[Any], tools: Iterable[Any] | None = None, *,

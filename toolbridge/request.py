@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 from .jsondata import plain_data
+from .memo import Memo
 from .dialects import Dialect
 from .errors import BadRequest
 from .events import ToolCall, new_call_id
@@ -58,8 +58,7 @@ class ToolSet:
         self.raw = raw  # the tools as the first request sent them
         self.signature = signature  # what toolbridge reads of them, compared with later requests
         self.tools = tuple(tools)
-        self._memo: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self._memo: Memo[Any] = Memo(MEMO_SIZE)
 
     @cached_property
     def specs(self) -> list[dict]:
@@ -67,24 +66,15 @@ class ToolSet:
         return [plain_data(t) for t in self.raw]
 
     def memo(self, key: Hashable, build: Callable[[], T]) -> T:
-        """`build()`, computed once per key for this tool set (bounded, least recently used out)."""
-        with self._lock:
-            if key in self._memo:
-                self._memo.move_to_end(key)
-                return self._memo[key]
-        value = build()
-        with self._lock:
-            self._memo[key] = value
-            while len(self._memo) > MEMO_SIZE:
-                self._memo.popitem(last=False)
-        return value
+        """`build()`, computed once per key for this tool set (what an engine derives from it)."""
+        return self._memo.get(key, build)
 
 
 # Tool sets by the names of their tools; a request's tools are then compared with each set of
 # those names by signature (type, name, description, parameters: all toolbridge reads of a
 # tool), one comparison of plain lists, tuples and dicts, done in C.
-_SETS: OrderedDict[tuple, list[ToolSet]] = OrderedDict()
-_SETS_LOCK = threading.Lock()
+_SETS: Memo[list[ToolSet]] = Memo(TOOLSET_CACHE_SIZE)
+_SETS_LOCK = threading.Lock()  # guards the lists
 SETS_PER_NAMES = 4
 
 
@@ -96,19 +86,15 @@ def toolset(tools: Sequence[Any] | None) -> ToolSet:
     tools = list(tools or ())
     signature = [tool_fields(t) for t in tools]
     names = tuple(s[1] if s is not None and isinstance(s[1], str) else None for s in signature)
+    bucket = _SETS.get(names, list)
     with _SETS_LOCK:
-        for found in _SETS.get(names, ()):
+        for found in bucket:
             if found.signature == signature:
-                _SETS.move_to_end(names)
                 return found
     made = ToolSet(tools, signature, normalize_tools(tools))
     with _SETS_LOCK:
-        bucket = _SETS.setdefault(names, [])
         bucket.append(made)
         del bucket[:-SETS_PER_NAMES]
-        _SETS.move_to_end(names)
-        while len(_SETS) > TOOLSET_CACHE_SIZE:
-            _SETS.popitem(last=False)
     return made
 
 

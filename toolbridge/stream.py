@@ -39,7 +39,7 @@ CONTENT, OPEN, JSON_BODY, AFTER, REACT, DISCARD = range(6)
 _LANG = re.compile(r"[A-Za-z0-9_-]*")  # a code fence's language tag
 
 
-class StreamParser:
+class StreamParser(react.ReactScanning):
     """Feed deltas, get events; call `finish` when the text ends.
 
     tools: the declared tools (OpenAI dicts or `Tool`s); only calls naming one of them count.
@@ -384,27 +384,3 @@ class StreamParser:
             self._to_content()
             return i
         return i
-
-    # -- ReAct ----------------------------------------------------------------------------------
-    def _react(self, s: str, i: int, final: bool) -> int:
-        while True:
-            j, found = self.react.feed(s, i, final)
-            if found == react.NAMED:  # a call: its marker and name are not content
-                self.held = []
-                self.ws = ""
-                i = j
-                continue
-            if found == react.NOT_A_CALL:
-                self.held.append(self.react.name_text)
-                self._fail()
-            elif found == react.INPUT:
-                self._begin_body(self.dialect, slot=self.react.slot)
-                self.body.committed = True
-            elif found == react.END:
-                self._end_react(complete=True)
-            return j
-
-    def _end_react(self, complete: bool) -> None:
-        self.react.end(complete)
-        self.react = None
-        self._to_content()

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from toolbridge.dialects import Dialect
 from toolbridge.grammar import MAX_WHITESPACE, Frame, constrain, entries, frames, separator
+from toolbridge.memo import Memo
 from toolbridge.request import ToolRequest
 from toolbridge.tools import Tool, ToolChoice
 
@@ -95,11 +95,22 @@ def only_tag(so: Any) -> str | None:
     return tag if tag is not None and not any(getattr(so, k, None) for k in OTHER_CONSTRAINTS) else None
 
 
+def user_constraint(request: Any) -> bool | str:
+    """Whether a request constrains its answer itself (response_format, a Responses text format,
+    structured outputs). A structural tag that is the sole constraint is returned: it may be the
+    one toolbridge set for this request in another process (the parser recognises it by content)."""
+    rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
+    if rf is not None and getattr(rf, "type", "text") != "text":
+        return True
+    so = getattr(request, "structured_outputs", None)
+    if so is None:
+        return False
+    return only_tag(so) or any(getattr(so, k, None) for k in (*OTHER_CONSTRAINTS, "structural_tag"))
+
+
 def memoize_validation() -> None:
-    """Remember the structural tags vLLM's request validation accepted (it converts the tag
-    with xgrammar on every request; the verdict depends only on the tag's text). Only a request
-    whose sole constraint is a structural tag takes the memo; any other is validated as before.
-    Does nothing on a vLLM without this validation function."""
+    """Install `remembering` over vLLM's structural-tag validation (it converts the tag with
+    xgrammar on every request). Idempotent; does nothing on a vLLM without this function."""
     try:
         from vllm.v1.structured_output import backend_xgrammar
     except ImportError:
@@ -107,18 +118,22 @@ def memoize_validation() -> None:
     original = getattr(backend_xgrammar, "validate_xgrammar_grammar", None)
     if original is None or getattr(original, "toolbridge_memo", False):
         return
-    passed: OrderedDict[str, None] = OrderedDict()
+    backend_xgrammar.validate_xgrammar_grammar = remembering(original)
+
+
+def remembering(validate: Callable[[Any], None]) -> Callable[[Any], None]:
+    """`validate`, remembering the structural tags it passed (the verdict depends only on the
+    tag's text): a request whose sole constraint is such a tag is not validated again; any other
+    is validated as before."""
+    passed: Memo[bool] = Memo(64)
 
     def validate_xgrammar_grammar(sampling_params: Any) -> None:
         tag = only_tag(getattr(sampling_params, "structured_outputs", None))
         if tag is not None and tag in passed:
-            passed.move_to_end(tag)
             return
-        original(sampling_params)
+        validate(sampling_params)
         if tag is not None:
-            passed[tag] = None
-            while len(passed) > 64:
-                passed.popitem(last=False)
+            passed.get(tag, lambda: True)
 
     validate_xgrammar_grammar.toolbridge_memo = True  # type: ignore[attr-defined]
-    backend_xgrammar.validate_xgrammar_grammar = validate_xgrammar_grammar
+    return validate_xgrammar_grammar

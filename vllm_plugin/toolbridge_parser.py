@@ -25,7 +25,7 @@ from toolbridge.markers import TurnCut
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.stream import StreamParser
 from toolbridge.vocab import hf_vocabulary
-from vllm_plugin.constraint import OTHER_CONSTRAINTS, memoize_validation, only_tag, structural_tag
+from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -171,7 +171,7 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     try:
         kw = dict(_chat_fields(request), template_kwargs=getattr(request, "chat_template_kwargs", None),
                   tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
-        user = _user_constraint(request)
+        user = user_constraint(request)
         own = _own_plan(kw, user) if isinstance(user, str) else None
         req = own if own is not None else prepare(**kw, user_constraint=bool(user))
     except BadRequest as e:
@@ -220,19 +220,6 @@ def _chat_fields(request: Any) -> dict:
     return {"tools": request.tools, "tool_choice": plain_data(request.tool_choice),
             "messages": plain_data(request.messages), "parallel_tool_calls": request.parallel_tool_calls,
             "stop": request.stop}
-
-
-def _user_constraint(request: Any) -> bool | str:
-    """Whether the user constrained the answer themselves (response_format, a Responses text
-    format, structured outputs); a structural tag that is the sole constraint is returned, since it
-    may be toolbridge's own, set by adjust_request in another process (`_own_plan`)."""
-    rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
-    if rf is not None and getattr(rf, "type", "text") != "text":
-        return True
-    so = getattr(request, "structured_outputs", None)
-    if so is None:
-        return False
-    return only_tag(so) or any(getattr(so, k, None) for k in (*OTHER_CONSTRAINTS, "structural_tag"))
 
 
 def register() -> None:

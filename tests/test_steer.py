@@ -1,0 +1,67 @@
+"""The `auto` steering at an answer's start (toolbridge.steer), shared by both engines."""
+import math
+
+from toolbridge.dialects import get_dialect
+from toolbridge.steer import Steering, follows_user_turn
+
+ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
+
+
+def test_marker_tokens_are_the_whole_trigger_and_result_marker():
+    s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE)
+    assert (s.call, s.result, s.bias) == (tuple(ENCODE("<tool_call>")), tuple(ENCODE("<tool_response>")), 5.0)
+    assert s.starts == (ord("<"), ord("{"))  # the dialect's marker and a bare JSON call, both favoured
+    assert Steering.for_dialect(get_dialect("react"), 5, ENCODE).result == tuple(ENCODE("Observation"))
+    assert Steering.for_dialect(get_dialect("tags"), 5, ENCODE).horizon == len("<tool_response>")
+
+
+def test_steering_favours_the_call_and_cuts_a_result_where_the_markers_part():
+    s = Steering((44, 19324, 79, 4350, 46), (44, 19324, 79, 7639, 46), 5.0)  # <tool_call>, <tool_response>
+    assert s.changes([]) == [(44, 5.0)]
+    assert s.changes([44, 19324]) == []  # still on the call's path
+    assert s.changes([44, 19324, 79]) == [(7639, -math.inf)]  # "<tool_" -> not "response"
+    assert s.changes([9, 44]) == []  # later in the answer: free
+    assert Steering((44, 19324), (), 5.0).changes([44]) == []
+    assert s.changes([44, 19324, 79, 7639, 46, 1]) == []  # past the horizon
+
+
+def test_a_space_led_start_is_favoured_too_when_the_vocabulary_merges_it():
+    merged = {'{"': 7, ' {"': 8, "<": 9, " <": 10}
+
+    def encode(text):  # a vocabulary where ` {"` and ` <` are single tokens
+        for piece, token in sorted(merged.items(), key=lambda kv: -len(kv[0])):
+            if text.startswith(piece):
+                return [token] + encode(text[len(piece):])
+        return [ord(text[0])] + encode(text[1:]) if text else []
+
+    assert set(Steering.for_dialect(get_dialect("tags"), 5, encode).starts) == {7, 8, 9, 10}
+
+
+def test_a_bare_json_call_at_the_answers_start_names_a_declared_tool():
+    s = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["get_weather", "get_time"])
+    opening = ENCODE('{"name": "')
+    assert s.only([]) is None and s.only(opening[:3]) is None  # not yet a call's opening: free
+    assert s.only(opening) == (ord("g"),)
+    assert s.only(opening + ENCODE("get_")) == (ord("t"), ord("w"))
+    assert s.only(opening + ENCODE("get_time")) == (ord('"'),)  # the name ends there, quoted
+    assert s.only(ENCODE(' {"name": "get_w')) == (ord("e"),)  # after a space too
+    assert s.only(ENCODE('{"city": "')) is None  # other JSON stays free
+    assert s.only(opening + ENCODE('get_time"')) is None  # past the name: the grammar's part
+    assert s.horizon >= len(ENCODE(' {"name": "get_weather"'))
+
+
+def test_steering_travels_as_request_arguments():
+    s = Steering((1, 2), (1, 3), 4.5)
+    assert Steering.from_args(s.to_args()) == s
+    named = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["f"])
+    assert Steering.from_args(named.to_args()) == named
+    assert Steering.from_args({}) is None
+    assert Steering.from_args(Steering((1,), (), 0.0).to_args()) is None  # a bias of 0 is off
+
+
+def test_steering_only_answers_a_user_turn():
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function",
+                                                                  "function": {"name": "f", "arguments": "{}"}}]}
+    assert follows_user_turn([{"role": "user", "content": "hi"}, {"role": "system", "content": "late system"}])
+    assert not follows_user_turn([{"role": "user", "content": "hi"}, call, {"role": "tool", "tool_call_id": "a", "content": "1"}])
+    assert not follows_user_turn([])
