@@ -10,10 +10,15 @@ as valid JSON string content. What it cannot translate raises `Unsupported`.
 from __future__ import annotations
 
 import re
-import re._constants as C  # noqa: N812 - the names of the sre opcodes
-import re._parser as sre_parse
 
-from toolbridge.data import json_escape, json_string
+try:  # Python 3.11+ (sre_parse/sre_constants still exist there, but warn on import)
+    import re._constants as C  # noqa: N812 - the names of the sre opcodes
+    import re._parser as sre_parse
+except ImportError:  # Python 3.10
+    import sre_constants as C  # noqa: N812
+    import sre_parse
+
+from toolbridge.jsondata import json_escape, json_string
 
 # Characters a JSON string cannot hold raw: the quote, the backslash, control characters.
 _UNSAFE = '"\\\\\\x00-\\x1F'  # in GBNF class syntax: "  \\  \x00-\x1F
@@ -94,6 +99,7 @@ def _node(op, av) -> str:
         return "( " + (_seq(sub) or '""') + " )"
     if op is C.BRANCH:
         return "( " + " | ".join(_seq(alt) or '""' for alt in av[1]) + " )"
+    # POSSESSIVE_REPEAT and ATOMIC_GROUP exist from 3.11; 3.10's parser rejects `a*+` and `(?>...)`
     if op in (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", None)):
         lo, hi, sub = av
         inner = "( " + (_seq(sub) or '""') + " )"

@@ -88,7 +88,7 @@ def require(module: str) -> None:
 
     if importlib.util.find_spec(module) is None:
         if os.environ.get("TOOLBRIDGE_SKIP_E2E") == "1":
-            pytest.skip(f"{module} is not installed and TOOLBRIDGE_SKIP_E2E=1")
+            pytest.skip(f"{module} is not installed and TOOLBRIDGE_SKIP_E2E=1", allow_module_level=True)
         pytest.fail(f"{module} is not installed: end-to-end tests need it (set TOOLBRIDGE_SKIP_E2E=1 to skip)")
 
 

@@ -52,16 +52,18 @@ def test_vermin_reports_a_violation(tmp_path):
 
 
 def _catches_import_error(node: ast.Try) -> bool:
-    names = {n.id for h in node.handlers for n in ast.walk(h.type)
-             if isinstance(n, ast.Name)} if all(h.type for h in node.handlers) else {"*"}
-    return bool(names & {"ImportError", "ModuleNotFoundError", "Exception", "*"})
+    return any(h.type is None or any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError", "Exception")
+                                     for n in ast.walk(h.type)) for h in node.handlers)
 
 
 def unguarded_stdlib_imports() -> set[tuple[str, str]]:
     """(module, "file:line") of every stdlib import outside a try that catches ImportError."""
     found = set()
     for path in (p for d in CODE for p in (ROOT / d).rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except SyntaxError:  # newer syntax than this Python's: test_vermin_finds_no_violations reports it
+            continue
         guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try) and _catches_import_error(t)
                    for stmt in t.body for n in ast.walk(stmt)}
         for node in ast.walk(tree):

@@ -153,7 +153,7 @@ def chat_tool_choice(choice: Any) -> tuple[Any, bool | None]:
     if not isinstance(choice, Mapping):
         raise BadRequest("tool_choice must be an object.", param="tool_choice")
     kind = choice.get("type")
-    mapped = {"auto": "auto", "any": "required", "none": "none"}.get(kind)
+    mapped = {"auto": "auto", "any": "required", "none": "none"}.get(kind) if isinstance(kind, str) else None
     if kind == "tool":
         if not isinstance(choice.get("name"), str):
             raise BadRequest("tool_choice.name is required when tool_choice.type is 'tool'.", param="tool_choice.name")
