@@ -201,7 +201,7 @@ class Answer:
 
     def response(self) -> dict:
         result = collect(e for batch in self._event_batches() for e in batch)
-        calls = self.req.finished(result.calls)
+        calls = result.calls
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                 "choices": [{"index": 0, "message": message(result.content, calls), "logprobs": None,
                              "finish_reason": self.finish_reason(len(calls))}],
@@ -216,7 +216,7 @@ class Answer:
         yield self._chunk({"role": "assistant", "content": ""} if self.req.mode == PLAIN else {"role": "assistant"})
         calls = 0
         for batch in self._event_batches():
-            calls += len(self.req.finished([e.call for e in batch if type(e) is CallEnd]))
+            calls += sum(type(e) is CallEnd for e in batch)
             d = delta(batch)
             if d is not None:
                 yield self._chunk(d)

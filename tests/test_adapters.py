@@ -153,7 +153,7 @@ def test_llamacpp_response_and_chunks_agree(choice, finish):
                                                             for c in msg["tool_calls"]]
 
 
-def test_llamacpp_cut_off_call_is_no_call():
+def test_llamacpp_cut_off_call_comes_back_as_written_with_length():
     require("llama_cpp")
     from llamacpp_ext.generate import LENGTH
     from llamacpp_ext.handler import Answer
@@ -161,7 +161,9 @@ def test_llamacpp_cut_off_call_is_no_call():
     req = prepare(tools=[WEATHER], tool_choice="required", messages=PARIS)
     r = Answer(ScriptedSession(['<tool_call>{"name": "get_weather", "arguments": {"city": "Pa'], LENGTH),
                req, None, [], "m").response()
-    assert r["choices"][0]["finish_reason"] == "length" and "tool_calls" not in r["choices"][0]["message"]
+    assert r["choices"][0]["finish_reason"] == "length"
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == [("get_weather", {"city": "Pa"})]
 
 
 # -- the request guard (toolbridge.serving.asgi), as an ASGI app in front of a recording app ---------------

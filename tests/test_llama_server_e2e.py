@@ -12,7 +12,7 @@ calling tests give the first token of the `<tool_call>` marker a logit_bias (a s
 parameter llama-server honours): the lazy grammar, the parser and the streaming run for real.
 The bias applies at every step, so after its call the model starts
 another one until max_tokens: llama-server returns the finished calls with finish_reason
-"length" (python -m llamacpp_ext steers only the answer's first token and drops a call cut off).
+"length" (python -m llamacpp_ext steers only the answer's first token).
 What llama-server decides itself is tested as it is and documented in the README: a named
 `tool_choice` falls back to `auto`, an unknown tool there is not an error, its `required`
 grammar lets text come before the call, and `parallel_tool_calls: false` does not stop a

@@ -184,7 +184,7 @@ def test_parallel_calls(client, lt_bias, stream):
     check_calls(calls)
     cities = {valid(name, args).get("city") for _, name, args in calls if name == "get_weather"}
     assert {"Paris", "London"} <= cities
-    # the bias may keep starting calls until max_tokens; a call cut off is not reported (non-stream)
+    # the bias may keep starting calls until max_tokens; a call cut off comes back as written, with `length`
     assert finish in ("tool_calls", "length")
     _, single, finish1, _ = ask(client, stream, messages=two, tools=TOOLS, max_tokens=100, logit_bias=lt_bias,
                                 parallel_tool_calls=False)
@@ -246,13 +246,15 @@ def test_eight_concurrent_streams(client):
 
 # -- limits, usage, sampling parameters ---------------------------------------------------------------
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_call_cut_by_max_tokens_is_not_a_call(client, stream):
-    content, calls, finish, _ = ask(client, stream, messages=PARIS, tools=TOOLS, tool_choice="required",
-                                    max_tokens=8)
-    assert finish == "length"
-    if not stream:
-        assert calls == []
+def test_call_cut_by_max_tokens_comes_back_as_written_with_length(client):
+    """A cut-off call is returned as far as it was written, closed by repair, streamed or not, and the
+    finish reason says it was cut off."""
+    got = [ask(client, stream, messages=PARIS, tools=TOOLS, tool_choice="required", max_tokens=18)
+           for stream in (False, True)]
+    for content, calls, finish, _ in got:
+        assert finish == "length" and len(calls) == 1 and not content
+        assert calls[0][1] in {t["function"]["name"] for t in TOOLS} and isinstance(json.loads(calls[0][2]), dict)
+    assert [c[1:] for c in got[0][1]] == [c[1:] for c in got[1][1]]
 
 
 # bench/accuracy questions on which SmolLM2-135M under `required` loops inside a string value

@@ -219,11 +219,16 @@ def test_eight_concurrent_streams_each_get_their_own_calls(client):
         check_calls(calls, {tool["function"]["name"]: tool["function"]["parameters"]})
 
 
-def test_call_cut_off_by_max_tokens_is_not_a_finished_call(client):
-    content, calls, finish = ask(client, False, messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=8)
-    assert finish == "length" and not calls
-    content, calls, finish = ask(client, True, messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=8)
-    assert finish == "length"
+def test_call_cut_off_by_max_tokens_comes_back_as_written_with_length(client):
+    """A cut-off call is returned as far as it was written, closed by repair, streamed or not, and the
+    finish reason says it was cut off."""
+    whole = ask(client, False, messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=18)
+    streamed = ask(client, True, messages=QUESTION, tools=TOOLS, tool_choice="required", max_tokens=18)
+    for content, calls, finish in (whole, streamed):
+        assert finish == "length" and len(calls) == 1 and not content
+        assert calls[0][1] in {t["function"]["name"] for t in TOOLS}
+        assert isinstance(json.loads(calls[0][2]), dict)
+    assert [c[1:] for c in whole[1]] == [c[1:] for c in streamed[1]]
 
 
 # bench/accuracy questions on which SmolLM2-135M under `required` loops inside a string value; without

@@ -166,15 +166,12 @@ class ToolRequest:
     def parse(self, text: str) -> ParseResult:
         return parse(text, self.tools, choice=self.choice, max_calls=self.max_calls)
 
-    @staticmethod
-    def finished(calls: Sequence[ToolCall]) -> list[ToolCall]:
-        """The calls an answer returns: a call the text ended inside (cut off by max_tokens)
-        is not a call, however it was repaired."""
-        return [c for c in calls if c.complete]
-
     def finish_reason(self, calls: int, truncated: bool) -> str:
         """OpenAI's: `length` when cut off, `tool_calls` for calls under auto or required,
-        `stop` otherwise (a named choice too, as OpenAI answers it)."""
+        `stop` otherwise (a named choice too, as OpenAI answers it). A call that max_tokens cut off
+        is returned as far as it was written (its arguments closed by repair), as it was streamed,
+        with `length`: the client sees what the model wrote and that it is incomplete, as OpenAI
+        answers a cut-off call; an empty answer would say neither."""
         if truncated:
             return "length"
         return "tool_calls" if calls and self.choice.mode in ("auto", "required") else "stop"

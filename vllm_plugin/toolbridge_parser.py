@@ -99,7 +99,7 @@ class ToolbridgeToolParser(ToolParser):
         if req is None or req.mode == PLAIN:
             return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=TurnCut.whole(model_output))
         result = req.parse(model_output)
-        calls = req.finished(result.calls)
+        calls = result.calls
         return ExtractedToolCallInformation(
             tools_called=bool(calls),
             tool_calls=[ToolCall(id=c.id, type="function", function=FunctionCall(name=c.name, arguments=c.arguments))
