@@ -377,10 +377,10 @@ def test_corpus_calls_sampled_under_the_grammar_validate():
             max_tokens=192, temperature=0.7, seed=i, repeat_penalty=1.1)
         choice = r["choices"][0]
         calls = choice["message"].get("tool_calls") or []
-        if not calls:
-            assert choice["finish_reason"] == "length", (entry["name"], choice)
+        if choice["finish_reason"] == "length":  # cut off: returned as far as it was written
             cut.append(entry["name"])
             continue
+        assert calls, (entry["name"], choice)
         assert [c["function"]["name"] for c in calls] == [entry["name"]]
         args = json.loads(calls[0]["function"]["arguments"])
         errors = [e.message for e in validator_for(entry["parameters"])(entry["parameters"]).iter_errors(args)]
