@@ -32,13 +32,16 @@ def model_key(llama: llama_cpp.Llama) -> tuple[str, int]:
 def vocabulary(llama: llama_cpp.Llama) -> Vocabulary:
     """The core's view of the model's vocabulary (toolbridge.vocab), kept on the model object: it
     calls the model's tokenizer, so it lives exactly as long as the model does."""
-    vocab = llama.__dict__.get("_toolbridge_vocabulary")
+    vocab = llama.__dict__.get(_VOCABULARY)
     if vocab is None:
         vocab = Vocabulary(("llama.cpp", *model_key(llama)),
                            lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False),
                            lambda t: llama.detokenize([t]).decode("utf-8", "replace"), llama.n_vocab())
-        llama.__dict__["_toolbridge_vocabulary"] = vocab
+        llama.__dict__[_VOCABULARY] = vocab
     return vocab
+
+
+_VOCABULARY = "_toolbridge_vocabulary"
 
 
 def token_text(llama: llama_cpp.Llama, token: int) -> str:

@@ -19,10 +19,12 @@ class Memo(Generic[V]):
 
     def get(self, key: Hashable, build: Callable[[], V]) -> V:
         """The value kept for `key`, built by `build()` the first time."""
-        with self._lock:
-            if key in self._values:
-                self._values.move_to_end(key)
-                return self._values[key]
+        try:  # a hit takes no lock: each of these dict operations is atomic
+            value = self._values[key]
+            self._values.move_to_end(key)
+            return value
+        except KeyError:  # not there (or dropped by another thread just now)
+            pass
         value = build()
         with self._lock:
             self._values[key] = value

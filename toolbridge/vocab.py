@@ -3,8 +3,9 @@ each token's text, and the token tables derived from them (the tokens that close
 end a call's arguments, that may begin a call start, and a request's steering), each built once
 per vocabulary (and per tool set, for the steering).
 
-An adapter builds its engine's view once (`vocabulary`, keyed by something stable: a model's path
-or name, never an object's id) and only writes the rules' answers into its engine's logits."""
+An adapter builds its engine's view once per tokenizer and keeps it on the tokenizer (or model)
+object, so it lives exactly as long as the tokenizer it calls; its `key` names the vocabulary
+stably (a model's path or name, never an object's id) for what is kept per tool set."""
 from __future__ import annotations
 
 from functools import cached_property
@@ -62,17 +63,14 @@ class Vocabulary:
                                                              [t.name for t in req.tools]))
 
 
-_VOCABULARIES: Memo[Vocabulary] = Memo(8)
-
-
-def vocabulary(key: Hashable, build: Callable[[], Vocabulary]) -> Vocabulary:
-    """The view of the vocabulary `key` names, built once."""
-    return _VOCABULARIES.get(key, build)
-
-
 def hf_vocabulary(tokenizer: Any) -> Vocabulary:
     """The view of a Hugging Face style tokenizer (`encode(text, add_special_tokens=False)`,
-    `decode([id])`, `len()`: vLLM's), keyed by its name or path and size."""
+    `decode([id])`, `len()`: vLLM's), kept on the tokenizer object: it lives as long as the
+    tokenizer, and is found again without building a key."""
+    vocab = tokenizer.__dict__.get(_ATTRIBUTE)
+    if vocab is not None:
+        return vocab
+
     def decode(token: int) -> str:
         try:
             return tokenizer.decode([token])
@@ -86,5 +84,9 @@ def hf_vocabulary(tokenizer: Any) -> Vocabulary:
             return ""
 
     key = ("hf", type(tokenizer).__name__, getattr(tokenizer, "name_or_path", None), len(tokenizer))
-    return vocabulary(key, lambda: Vocabulary(key, lambda t: tokenizer.encode(t, add_special_tokens=False), decode,
-                                              len(tokenizer), join))
+    vocab = Vocabulary(key, lambda t: tokenizer.encode(t, add_special_tokens=False), decode, len(tokenizer), join)
+    tokenizer.__dict__[_ATTRIBUTE] = vocab
+    return vocab
+
+
+_ATTRIBUTE = "_toolbridge_vocabulary"

@@ -218,8 +218,8 @@ def _chat_fields(request: Any) -> dict:
                                                             exclude_none=True))
         return {k: request.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}
     return {"tools": request.tools, "tool_choice": plain_data(request.tool_choice),
-            "messages": plain_data(request.messages), "parallel_tool_calls": request.parallel_tool_calls,
-            "stop": request.stop}
+            "messages": request.messages,  # vLLM's request model keeps messages as dicts already
+            "parallel_tool_calls": request.parallel_tool_calls, "stop": request.stop}
 
 
 def register() -> None:
