@@ -26,10 +26,14 @@ and `run.json` with the settings, timings and the table's figures.
     python bench/bfcl.py run --base-url http://127.0.0.1:8011/v1 --label qwen-0.5b \\
         --categories live_simple,live_multiple,live_parallel,live_parallel_multiple,live_irrelevance \\
         --cases 12 --max-tokens 384
-    python bench/bfcl.py run --base-url http://127.0.0.1:8000/v1 --label smollm2 --model MODEL_NAME \\
+    python bench/bfcl.py run --base-url http://127.0.0.1:8000/v1 --label smollm2-json --model MODEL_NAME \\
         --categories live --cases 12 --extra-body '{"chat_template_kwargs": {"tb_dialect": "json"}}'
-    python bench/bfcl.py show .cache/bfcl-runs/qwen-0.5b .cache/bfcl-runs/smollm2   # side by side
-    python bench/bfcl.py setup                                                        # only the venv
+    python bench/bfcl.py show qwen-0.5b smollm2-json       # earlier runs side by side (labels or dirs)
+    python bench/bfcl.py setup                             # only the venv
+
+`--extra-body` reaches vLLM's per-request `chat_template_kwargs` (toolbridge's tb_* options);
+`python -m llamacpp_ext` ignores them per request and takes them per model at start-up
+(`--chat_template_kwargs '{"tb_dialect": "json"}'`): restart the server and give the run its own label.
 
 Categories are bfcl's names (`bfcl test-categories`: simple_python, multiple, parallel,
 parallel_multiple, irrelevance, live_simple, ..., multi_turn_base, ...) or its groups (`live`,
