@@ -16,13 +16,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pypi_gguf  # noqa: E402
-from pypi_gguf import cache, sha256  # noqa: E402,F401  (kept for importers)
 
 NAME = "qwen"
-_MODEL = pypi_gguf.MODELS[NAME]
-PARTS = [req for req, _ in _MODEL.chunks]
-SIZE = _MODEL.size
-SHA256 = _MODEL.sha256
 
 
 def gguf_path() -> Path:
