@@ -250,3 +250,13 @@ def test_a_tool_result_is_answered_in_text(served, vocab):
         messages=RESULT_TURN, tools=TOOLS, add_generation_prompt=True, bos_token="<bos>", eos_token="<eos>")
     assert '<tool_response>\n{"name": "get_weather", "content": "Sunny, 18 C"}\n</tool_response>' in prompt
     assert usage.prompt_tokens == len(vocab(prompt))
+
+
+def test_none_after_a_result_is_text_without_markup(served):
+    """tool_choice none: this base model copies its history's call and result markup into a text
+    answer; toolbridge's servers end the answer there (llama-server has no such rule)."""
+    if not served.strict:
+        pytest.skip("llama-server's own tool_choice none does not stop at toolbridge's markup")
+    content, calls, finish, _ = both(served, messages=RESULT_TURN, tools=TOOLS, tool_choice="none", max_tokens=40)
+    assert calls == [] and finish in ("stop", "length"), (content, calls, finish)
+    no_markup(content)

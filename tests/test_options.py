@@ -26,3 +26,13 @@ def test_a_tool_trained_model_gets_its_own_measured_defaults():
 def test_resolve_rejects_unknown_values(kwargs):
     with pytest.raises(ValueError):
         resolve(kwargs, env={})
+
+
+def test_tool_choice_none_stops_at_the_dialects_call_and_result_tags():
+    """A text answer with tools in play ends where a model copying its history would write markup."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    msgs = [{"role": "user", "content": "hi"}]
+    assert prepare(tools=tools, tool_choice="none", messages=msgs, stop=["END"], env={}).stop == (
+        "END", "<tool_call>", "<tool_response>", "</tool_response>")
+    assert prepare(tools=tools, tool_choice="none", messages=msgs, env={"TOOLBRIDGE_DIALECT": "fenced"}).stop == ()
+    assert prepare(tools=None, messages=msgs, env={}).stop == ()

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from toolbridge import normalize_tools, parse
+from toolbridge import Content, StreamParser, normalize_tools, parse
 from toolbridge.deltas import message
 from toolbridge.dialects import DIALECTS
 from toolbridge.tools import ToolChoice
@@ -334,3 +334,15 @@ def test_turn_cut_of_a_plain_answer():
         cut = TurnCut()
         assert cut.feed(text[:i]) + cut.feed(text[i:]) + cut.finish() == "Sunny, 21C."
     assert TurnCut.whole("a <|b and [IN") == "a <|b and [IN"
+
+
+@pytest.mark.parametrize("tail", ["<tool_call>", "<tool_call>\n", '<tool_call>\n{"', '<tool_call>\n{"name": "get_w'])
+def test_a_call_tag_cut_before_the_tools_name_is_not_content(tail):
+    """max_tokens cut the answer after a call tag, before a call in it counted: the tag and what
+    follows are markup, not an answer, streamed or not."""
+    assert calls("Sure.\n" + tail) == ("Sure.", [])
+    assert calls(CALL + "\n" + tail) == (None, PARIS)
+    for i in range(len(tail)):
+        p = StreamParser(TOOLS)
+        events = p.feed("Sure.\n" + tail[:i]) + p.feed(tail[i:]) + p.finish()
+        assert "".join(e.text for e in events if type(e) is Content) == "Sure."

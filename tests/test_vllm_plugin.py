@@ -209,3 +209,8 @@ def test_the_validation_seam_is_installed_once_and_remembers_only_sole_tags():
     for p in (sole, sole, other, other, mixed, mixed):
         check(p)
     assert seen == [sole, other, other, mixed, mixed]
+
+
+def test_tool_choice_none_gets_the_plain_answers_stops():
+    req = adjusted(tool_choice="none")
+    assert "<tool_call>" in req.stop and "<tool_response>" in req.stop and req.structured_outputs is None

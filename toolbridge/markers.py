@@ -46,6 +46,13 @@ def history(d: Dialect) -> list[str]:
     return ([d.result_marker] if d.result_marker else []) + _TAG.findall("".join(d.result))
 
 
+def plain_stops(d: Dialect) -> list[str]:
+    """Where an answer without calls (tool_choice `none` with tools in play) ends: the dialect's
+    call and result tags, which a model that copies its history writes (plain words and code fences
+    are left to the answer)."""
+    return [m for m in dict.fromkeys([d.open, *history(d)]) if m and _TAG.fullmatch(m)]
+
+
 class MarkerTable:
     """The marker table for a set of dialects, built once per set."""
 

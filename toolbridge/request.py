@@ -26,6 +26,7 @@ from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 from .jsondata import plain_data
+from .markers import plain_stops
 from .memo import Memo
 from .dialects import Dialect
 from .errors import BadRequest
@@ -215,6 +216,8 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
         _check_forced(choice, options.dialect, stops, user_constraint)
     if mode != PLAIN:
         stops += options.dialect.stop
+    elif ts.tools:  # tool_choice none: the answer ends where the model would write call or result markup
+        stops += plain_stops(options.dialect)
     steer_bias = options.call_bias if checked.after_user else options.result_bias
     return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
                        steer_bias, tool_trained)

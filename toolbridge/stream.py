@@ -89,6 +89,8 @@ class StreamParser(react.ReactScanning):
                 self._react("", 0, final=True)
                 if self.mode == REACT:
                     self._end_react(complete=True)
+            elif self.mode in (JSON_BODY, OPEN) and self._tagged_start():
+                self._drop_start()
             elif self.mode == JSON_BODY:
                 self.reader.finish()
                 self._after_body(final=True)
@@ -336,6 +338,18 @@ class StreamParser(react.ReactScanning):
         self.held = []
         self.fenced = False
         self.line_start = False
+
+    def _tagged_start(self) -> bool:
+        """The text ended after a call tag before a call in it counted (cut before the tool's name)."""
+        d = self.dialect
+        return (d is not None and bool(d.open) and d.open.startswith("<") and "".join(self.held).startswith(d.open)
+                and not (self.mode == JSON_BODY and self.body.committed))
+
+    def _drop_start(self) -> None:
+        self.held = []
+        self.ws = ""
+        self.mode = CONTENT
+        self.fenced = self.lang = False
 
     def _fail(self) -> None:
         """The held text was not a call after all: it is content."""

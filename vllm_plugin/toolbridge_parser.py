@@ -71,9 +71,9 @@ class ToolbridgeToolParser(ToolParser):
         if not getattr(request, "tools", None):
             return request
         req = _plan(request, self.model_tokenizer)
+        request.stop = list(req.stop)
         if req.mode == PLAIN:
             return request
-        request.stop = list(req.stop)
         if req.mode == USER:
             return request
         xargs = {k: v for k, v in (getattr(request, "vllm_xargs", None) or {}).items()
