@@ -214,3 +214,19 @@ def test_the_validation_seam_is_installed_once_and_remembers_only_sole_tags():
 def test_tool_choice_none_gets_the_plain_answers_stops():
     req = adjusted(tool_choice="none")
     assert "<tool_call>" in req.stop and "<tool_response>" in req.stop and req.structured_outputs is None
+
+
+def test_tool_choice_none_shows_no_markup_whole_or_streamed():
+    """vLLM hands a tool_choice none answer to the parser for its content alone: markup the model
+    copies from its history is not shown, whole or streamed."""
+    req = adjusted(tool_choice="none")
+    out = 'It is sunny.\n<tool_response>\n{"name": "get_weather", "content": "x"}\n</tool_response>\n<tool_call>\n{"'
+    assert ToolbridgeToolParser(None).extract_tool_calls(out, req).content == "It is sunny."
+    stream = ToolbridgeToolParser(None)
+    text = ""
+    for i in range(0, len(out), 5):
+        d = stream.extract_tool_calls_streaming(out[:i], out[:i + 5], out[i:i + 5], [], [], [], req)
+        text += (d.content or "") if d is not None else ""
+    d = stream.finish_streaming()
+    text += (d.content or "") if d is not None else ""
+    assert text == "It is sunny."

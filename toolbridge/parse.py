@@ -34,3 +34,23 @@ def parse(text: str, tools: Sequence[Any], *, choice: ToolChoice | None = None,
     """Parse a finished answer: content with no markers in it, and the calls that name a declared tool."""
     p = StreamParser(tools, choice=choice, max_calls=max_calls, id_factory=id_factory, dialects=dialects)
     return collect(p.feed(text) + p.finish())
+
+
+class TextOnly:
+    """A text answer read by the stream parser, its content alone: a model answering with tools in
+    play but none to call (tool_choice none) may still write call or history markup, which is not
+    shown (the same feed/finish/whole as markers.TurnCut, which cuts at turn markers only)."""
+
+    __slots__ = ("parser",)
+
+    def __init__(self, parser: StreamParser):
+        self.parser = parser
+
+    def feed(self, text: str) -> str:
+        return "".join(e.text for e in self.parser.feed(text) if type(e) is Content)
+
+    def finish(self) -> str:
+        return "".join(e.text for e in self.parser.finish() if type(e) is Content)
+
+    def whole(self, text: str) -> str:
+        return self.feed(text) + self.finish()

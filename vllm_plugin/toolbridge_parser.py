@@ -22,6 +22,7 @@ from toolbridge.chat_templates import renders_tools
 from toolbridge.jsondata import plain_data
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.markers import TurnCut
+from toolbridge.parse import TextOnly
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.stream import StreamParser
 from toolbridge.vocab import hf_vocabulary
@@ -60,7 +61,7 @@ class ToolbridgeToolParser(ToolParser):
         except TypeError:  # releases before 0.12 take only the tokenizer
             super().__init__(tokenizer)
         self._stream: StreamParser | None = None
-        self._passthrough: TurnCut | None = None  # a plain answer (no tools in play)
+        self._passthrough: TurnCut | TextOnly | None = None  # a plain answer
         self._finished = False
 
     # -- request ---------------------------------------------------------------------------
@@ -97,7 +98,8 @@ class ToolbridgeToolParser(ToolParser):
     def extract_tool_calls(self, model_output: str, request: Any) -> ExtractedToolCallInformation:
         req = _plan(request, self.model_tokenizer) if request.tools else None
         if req is None or req.mode == PLAIN:
-            return ExtractedToolCallInformation(tools_called=False, tool_calls=[], content=TurnCut.whole(model_output))
+            return ExtractedToolCallInformation(tools_called=False, tool_calls=[],
+                                                content=_text_only(req).whole(model_output))
         result = req.parse(model_output)
         calls = result.calls
         return ExtractedToolCallInformation(
@@ -113,7 +115,7 @@ class ToolbridgeToolParser(ToolParser):
         if self._stream is None and self._passthrough is None:
             req = _plan(request, self.model_tokenizer) if request.tools else None
             if req is None or req.mode == PLAIN:
-                self._passthrough = TurnCut()
+                self._passthrough = _text_only(req)
             else:
                 self._stream = req.parser()
         if self._passthrough is not None:
@@ -154,6 +156,12 @@ class ToolbridgeToolParser(ToolParser):
                 self.prev_tool_call_arr[e.index]["arguments"] = e.call.arguments
         d = delta(events)
         return DeltaMessage.model_validate(d) if d is not None else None
+
+
+def _text_only(req: ToolRequest | None) -> TurnCut | TextOnly:
+    """A plain answer's text: cut at turn markers; with tools in play (tool_choice none), read by
+    the parser too, so that call or history markup the model writes is not shown."""
+    return TextOnly(req.parser()) if req is not None and req.tools else TurnCut()
 
 
 # Each request's plan while the request lives: by the request object's id, checked against a weak
