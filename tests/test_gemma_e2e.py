@@ -36,21 +36,14 @@ import openai
 import pytest
 
 from servers import PYTHON, ROOT, Server, free_port, llama_server_binary, require
+from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH
 
 pytestmark = pytest.mark.slow
 
 # No optional number: without the argument close (off by default for a model with no tool template,
 # README "Options"), this model fills toolsets.WEATHER's optional `days` with 16 digits or more,
 # past a small max_tokens
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city",
-    "parameters": {"type": "object", "required": ["city"], "properties": {
-        "city": {"type": "string", "description": "City name"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}
-SEARCH = {"type": "function", "function": {
-    "name": "search", "description": "Search the web",
-    "parameters": {"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}}}}
-TOOLS = [WEATHER, SEARCH]
+WEATHER, SEARCH, TOOLS = CITY_WEATHER, WEB_SEARCH, SMALL_TOOLS
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 TEMPLATE = ROOT / "templates" / "gemma.jinja"
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]

@@ -14,19 +14,11 @@ import pytest
 
 import hostile
 from servers import PYTHON, ROOT, Server, check_load, free_port, require
-from toolsets import bench_question
+from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH, bench_question
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Get the current weather in a city",
-    "parameters": {"type": "object", "required": ["city"], "properties": {
-        "city": {"type": "string", "description": "City name"},
-        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}
-SEARCH = {"type": "function", "function": {
-    "name": "search", "description": "Search the web",
-    "parameters": {"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}}}}
-TOOLS = [WEATHER, SEARCH]
+WEATHER, SEARCH, TOOLS = CITY_WEATHER, WEB_SEARCH, SMALL_TOOLS
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 MARKERS = ("<tool_call>", "</tool_call>", "TOOL_CALL:", "Action Input:", '"arguments"')
 

@@ -35,3 +35,16 @@ def bench_question(qid: str) -> tuple[list[dict], list[dict]]:
     (q,) = [q for q in json.loads((BENCH / "questions.json").read_text())["questions"] if q["id"] == qid]
     return ([{"role": "user", "content": q["question"]}],
             [{"type": "function", "function": {"name": n, **tools[n]}} for n in q["tools"]])
+
+
+# Two small tools with no optional number (a base model without the argument close fills an
+# optional integer with digits until max_tokens): the vLLM and Gemma end-to-end tests'.
+CITY_WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string", "description": "City name"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}}}}
+WEB_SEARCH = {"type": "function", "function": {
+    "name": "search", "description": "Search the web",
+    "parameters": {"type": "object", "required": ["query"], "properties": {"query": {"type": "string"}}}}}
+SMALL_TOOLS = [CITY_WEATHER, WEB_SEARCH]

@@ -67,7 +67,8 @@ def hf_vocabulary(tokenizer: Any) -> Vocabulary:
     """The view of a Hugging Face style tokenizer (`encode(text, add_special_tokens=False)`,
     `decode([id])`, `len()`: vLLM's), kept on the tokenizer object: it lives as long as the
     tokenizer, and is found again without building a key."""
-    vocab = tokenizer.__dict__.get(_ATTRIBUTE)
+    kept = getattr(tokenizer, "__dict__", {})  # a tokenizer without one builds its view each time
+    vocab = kept.get(_ATTRIBUTE)
     if vocab is not None:
         return vocab
 
@@ -85,7 +86,7 @@ def hf_vocabulary(tokenizer: Any) -> Vocabulary:
 
     key = ("hf", type(tokenizer).__name__, getattr(tokenizer, "name_or_path", None), len(tokenizer))
     vocab = Vocabulary(key, lambda t: tokenizer.encode(t, add_special_tokens=False), decode, len(tokenizer), join)
-    tokenizer.__dict__[_ATTRIBUTE] = vocab
+    kept[_ATTRIBUTE] = vocab
     return vocab
 
 
