@@ -33,8 +33,4 @@ class Memo(Generic[V]):
         return value
 
     def __contains__(self, key: Hashable) -> bool:
-        with self._lock:
-            return key in self._values
-
-    def __len__(self) -> int:
-        return len(self._values)
+        return key in self._values

@@ -30,7 +30,7 @@ from .markers import plain_stops
 from .memo import Memo
 from .dialects import Dialect
 from .errors import BadRequest
-from .events import ToolCall, new_call_id
+from .events import new_call_id
 from .grammar import Entry, call_starts, entries
 from .callguard import CallGuard
 from .options import Options, resolve

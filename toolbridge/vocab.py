@@ -54,7 +54,7 @@ class Vocabulary:
     def marks(self, firsts: str) -> bytearray:
         """For each token id, 1 where its text holds one of `firsts` (a call start can only begin
         in such a token), then a 0 for the placeholder id -1."""
-        return self._marks.get(firsts, lambda: start_marks(self.texts if firsts else [""] * self.size, firsts))
+        return self._marks.get(firsts, lambda: start_marks(self.texts, firsts))
 
     def steering(self, req: "ToolRequest") -> Steering:
         """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
@@ -72,20 +72,15 @@ def hf_vocabulary(tokenizer: Any) -> Vocabulary:
     if vocab is not None:
         return vocab
 
-    def decode(token: int) -> str:
-        try:
-            return tokenizer.decode([token])
-        except Exception:  # an id the tokenizer does not know: no text
-            return ""
-
     def join(tokens: list[int]) -> str:
         try:
             return tokenizer.decode(tokens)
-        except Exception:
+        except Exception:  # an id the tokenizer does not know: no text
             return ""
 
     key = ("hf", type(tokenizer).__name__, getattr(tokenizer, "name_or_path", None), len(tokenizer))
-    vocab = Vocabulary(key, lambda t: tokenizer.encode(t, add_special_tokens=False), decode, len(tokenizer), join)
+    vocab = Vocabulary(key, lambda t: tokenizer.encode(t, add_special_tokens=False), lambda t: join([t]),
+                       len(tokenizer), join)
     kept[_ATTRIBUTE] = vocab
     return vocab
 

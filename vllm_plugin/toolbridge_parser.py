@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import weakref
+from functools import partial
 from typing import Any, Sequence
 
 from toolbridge import BadRequest
@@ -185,11 +186,16 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     except BadRequest as e:
         raise ValueError(e.message) from None
     try:
-        ref = weakref.ref(request, lambda r, key=key: _PLANS.pop(key, None) if _PLANS.get(key, (r,))[0] is r else None)
+        _PLANS[key] = (weakref.ref(request, partial(_forget, key)), req)
     except TypeError:  # an object without weak references: planned again when asked again
-        return req
-    _PLANS[key] = (ref, req)
+        pass
     return req
+
+
+def _forget(key: int, ref: weakref.ref) -> None:
+    """A request is gone: its plan goes with it (unless a newer request took its id already)."""
+    if _PLANS.get(key, (None,))[0] is ref:
+        del _PLANS[key]
 
 
 def _own_plan(kw: dict, tag: str) -> ToolRequest | None:
