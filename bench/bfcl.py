@@ -30,6 +30,7 @@ and `run.json` with the settings, timings and the table's figures.
         --categories live --cases 12 --extra-body '{"chat_template_kwargs": {"tb_dialect": "json"}}'
     python bench/bfcl.py show qwen-0.5b smollm2-json       # earlier runs side by side (labels or dirs)
     python bench/bfcl.py setup                             # only the venv
+    python bench/bfcl.py requests --out reqs.jsonl         # bfcl's own requests, for bench/decisions.py
 
 `--extra-body` reaches vLLM's per-request `chat_template_kwargs` (toolbridge's tb_* options);
 `python -m llamacpp_ext` ignores them per request and takes them per model at start-up
@@ -88,7 +89,23 @@ MODEL_CONFIG_MAPPING[cfg["registry"]] = ModelConfig(
     input_price=None, output_price=None, is_fc_model=True, underscore_to_dot=True)
 
 mode = sys.argv[1]
-if mode == "select":
+if mode == "requests":  # bfcl's own first-turn request of each case (messages, tools) and its expected call count
+    from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry, parse_test_category_argument
+    handler = CappedOpenAICompletionsHandler(cfg["model"], 0.0, cfg["registry"], True)
+    with open(cfg["out"], "w") as out:
+        for category in parse_test_category_argument(cfg["categories"]):
+            try:
+                truth = {g["id"]: g["ground_truth"] for g in load_ground_truth_entry(category)}
+            except Exception:  # irrelevance categories have none
+                truth = {}
+            for entry in load_dataset_entry(category):
+                data = handler._compile_tools(handler._pre_query_processing_FC({}, entry), entry)
+                data = handler.add_first_turn_message_FC(data, entry["question"][0])
+                expected = truth.get(entry["id"])
+                out.write(json.dumps({"id": entry["id"], "category": category, "messages": data["message"],
+                                      "tools": data["tools"],
+                                      "expected_calls": len(expected) if isinstance(expected, list) else 0}) + "\n")
+elif mode == "select":
     from bfcl_eval.utils import load_dataset_entry, parse_test_category_argument
     chosen = {}
     order = []  # the order given, groups expanded (bfcl sorts them)
@@ -259,6 +276,19 @@ def table(records: list[dict]) -> str:
     return "\n".join(rows)
 
 
+def requests(args: argparse.Namespace) -> None:
+    """Write bfcl's own first-turn requests (as its handler builds them) for the categories to a
+    JSON-lines file: what bench/decisions.py reads."""
+    cfg = {"registry": "toolbridge/requests", "model": "requests", "base_url": "http://unused/v1", "api_key": "unused",
+           "categories": categories_arg(args.categories), "timeout": 60, "max_tokens": 0,
+           "out": str(Path(args.out).resolve())}
+    py = ensure_venv(Path(args.venv), args.bfcl_version)
+    r = shim(py, cfg, Path(args.out).resolve().parent, "requests", capture=True)
+    if r.returncode:
+        raise SystemExit(f"writing requests failed:\n{r.stderr[-3000:]}")
+    print(args.out)
+
+
 def show(args: argparse.Namespace) -> None:
     records = []
     for d in args.runs:
@@ -294,6 +324,12 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--bfcl-version", default=BFCL_VERSION, help="bfcl-eval version (default %(default)s)")
     s = sub.add_parser("show", help="print the table of one or more earlier runs side by side")
     s.add_argument("runs", nargs="+", help="run directories, run.json files or labels")
+    q = sub.add_parser("requests", help="write bfcl's first-turn requests (messages, tools) to a JSON-lines file")
+    q.add_argument("--categories", default="live_simple,live_multiple,live_parallel,live_parallel_multiple,"
+                   "live_irrelevance")
+    q.add_argument("--out", default=str(RUNS / "requests.jsonl"))
+    q.add_argument("--venv", default=str(VENV))
+    q.add_argument("--bfcl-version", default=BFCL_VERSION)
     v = sub.add_parser("setup", help="only make the bfcl venv")
     v.add_argument("--venv", default=str(VENV))
     v.add_argument("--bfcl-version", default=BFCL_VERSION)
@@ -302,6 +338,8 @@ def main(argv: list[str] | None = None) -> None:
         run(args)
     elif args.cmd == "show":
         show(args)
+    elif args.cmd == "requests":
+        requests(args)
     else:
         print(ensure_venv(Path(args.venv), args.bfcl_version))
 

@@ -100,3 +100,33 @@ def test_token_changes_is_steering_then_guard():
     assert token_changes(s, far, None, str, (), ()) == ([], None)
     result = ENCODE("<tool_")
     assert token_changes(s, result, None, str, (), ()) == ([(ord("r"), -math.inf)], None)
+
+
+def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
+    s = Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"], next_bias=7)
+    g = CallGuard(STARTS)
+    g.feed("<tool_call>\n")
+    assert token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)  # in no call yet
+    g.feed('{"name": "f", "arguments": {"a": "}"}}')
+    assert g.between
+    after = token_changes(s, ENCODE("x" * 40), g, str, (), ())
+    assert after == (s.after_call(), None) and {t for t, _ in after[0]} == set(s.starts)
+    for piece in ("\n", "</tool", "_call>", "\n"):  # its closing markup, whole or begun
+        g.feed(piece)
+        assert g.between
+    g.feed("The")  # text after the call: the moment has passed
+    assert not g.between and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
+    g.feed('{"name": "f", "arguments": {}}')  # after the second call the model decides alone
+    assert g.between and g.calls == 2 and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
+    off = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["f"])
+    assert token_changes(off, ENCODE("x" * 40), g, str, (), ()) == ([], None)  # no next-call bias: nothing
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PIECES, max_size=40))
+def test_between_calls_is_the_same_whatever_the_split(pieces):
+    whole, split = CallGuard(STARTS), CallGuard(STARTS)
+    whole.feed("".join(pieces))
+    for piece in pieces:
+        split.feed(piece)
+    assert whole.between == split.between

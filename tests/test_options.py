@@ -36,3 +36,15 @@ def test_tool_choice_none_stops_at_the_dialects_call_and_result_tags():
         "END", "<tool_call>", "<tool_response>", "</tool_response>")
     assert prepare(tools=tools, tool_choice="none", messages=msgs, env={"TOOLBRIDGE_DIALECT": "fenced"}).stop == ()
     assert prepare(tools=None, messages=msgs, env={}).stop == ()
+
+
+def test_the_next_call_bias_needs_an_answer_that_may_hold_several_calls():
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    msgs = [{"role": "user", "content": "x"}]
+    req = prepare(tools=tools, messages=msgs, template_kwargs={"tb_call_bias": 0, "tb_next_bias": 6}, env={})
+    assert req.steer and req.next_bias == 6.0  # steering on for the next call alone
+    assert prepare(tools=tools, messages=msgs, parallel_tool_calls=False, tool_trained=True, env={}).next_bias == 0.0
+    assert prepare(tools=tools, messages=msgs, tool_trained=True, env={}).next_bias == DEFAULTS[True].next_bias
+    assert resolve({}, env={"TOOLBRIDGE_NEXT_BIAS": "4"}).next_bias == 4.0
+    off = prepare(tools=tools, messages=msgs, template_kwargs={"tb_call_bias": 0, "tb_next_bias": 0}, env={})
+    assert not off.steer

@@ -26,6 +26,13 @@ def test_instruction_lists_signature_types_required_enums_and_descriptions():
     assert "<tool_call>" in text and "If no tool is needed, answer directly." in text
 
 
+def test_a_schema_default_is_written_after_its_argument():
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "unit": {"type": "string", "enum": ["c", "f"], "default": "f"}, "n": {"type": "integer", "default": 3},
+        "tags": {"type": "array", "items": {"type": "string"}, "default": []}, "x": {"type": "string", "default": None}}}}}
+    assert '- f(unit?: "c"|"f" = "f", n?: integer = 3, tags?: string[] = [], x?: string = null)' in tools_instruction([tool])
+
+
 EXAMPLE_TOOL = {"type": "function", "function": {"name": "tool_name", "parameters": {
     "type": "object", "properties": {"argument": {"type": "string"}}}}}
 

@@ -16,7 +16,13 @@ from toolsets import SEARCH, WEATHER
 ESCAPE = {"type": "function", "function": {"name": "render_html", "description": "Shows {{ 7*7 }} and <b>bold</b> as is",
                                            "parameters": {"type": "object", "properties": {
                                                "html": {"type": "string", "description": "{% raw %}<i>x</i>"}}}}}
-TOOLS = [WEATHER, SEARCH, ESCAPE]
+# schema defaults are written into the signature (tojson of each JSON type)
+DEFAULTED = {"type": "function", "function": {"name": "list_files", "parameters": {"type": "object", "properties": {
+    "path": {"type": "string", "default": "."}, "limit": {"type": "integer", "default": 20},
+    "kinds": {"type": "array", "items": {"type": "string"}, "default": ["file", "dir"]},
+    "owner": {"type": ["string", "null"], "default": None}, "recursive": {"type": "boolean", "default": False},
+    "ratio": {"type": "number", "default": 0.5}, "opts": {"type": "object", "default": {"a": 1}}}}}}
+TOOLS = [WEATHER, SEARCH, ESCAPE, DEFAULTED]
 # What vLLM hands the template: arguments as dicts, assistant content "" when null, tool messages without name.
 CONVERSATION = [
     {"role": "system", "content": "You are terse."},

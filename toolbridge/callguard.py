@@ -24,9 +24,10 @@ object holding name and arguments); 0 turns it off.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Sequence
 
-from .callreader import AFTER, VALUE, CallReader
+from .callreader import AFTER, OUTSIDE_KEPT, VALUE, CallReader
 
 MIN_RUN = 48  # characters at the end of a string that must be one unit repeated
 MIN_COPIES = 3  # ... at least this many times (so units up to MIN_RUN // MIN_COPIES at MIN_RUN)
@@ -35,6 +36,10 @@ CLOSE_BIAS = 100.0  # added to the closing tokens' logits: finite, so a grammar'
 
 ARG_GUARD = "toolbridge_call_guard"  # per-request argument: the call starts ([]: armed at once)
 ARG_CLOSE = "toolbridge_close"  # per-request argument: [bias, {tool: its required arguments}]
+
+# What may follow a call before another one starts: whitespace, and closing markup whole or begun (a
+# dialect's end tag such as `</tool_call>`, a code fence).
+_BETWEEN = re.compile(r"(?:\s|<(?:/[A-Za-z_]*>?)?|`{1,3})*")
 
 # Texts whose first token closes a string (a tokenizer may merge the quote with what follows).
 _CLOSING = ('"', '",', '", "', '"}', '"}}', '"]', '"},', '"\n')
@@ -136,6 +141,18 @@ class CallGuard:
             return False
         before = self.before
         return not any(before.endswith(s[:k]) for s in self.starts for k in range(1, len(s)))
+
+    @property
+    def calls(self) -> int:
+        """How many calls the answer has written."""
+        return self.reader.calls
+
+    @property
+    def between(self) -> bool:
+        """Whether a call has been written and nothing but closing markup follows it: where the
+        answer may end or start another call (toolbridge.steer's next-call bias speaks here)."""
+        r = self.reader
+        return bool(r.calls) and not r.stack and len(r.outside) <= OUTSIDE_KEPT and _BETWEEN.fullmatch(r.outside) is not None
 
     @property
     def looping(self) -> bool:

@@ -15,6 +15,7 @@ from .dialects import ARGS_KEYS, NAME_KEYS
 
 KEY, COLON, VALUE, AFTER = "key", "colon", "value", "after"  # what an object expects next
 _PLAIN = re.compile(r'[^"\\]+')  # inside a string: characters that neither end it nor escape
+OUTSIDE_KEPT = 32
 
 
 @dataclass
@@ -33,10 +34,12 @@ class CallReader:
     name: str | None = None  # the tool the current call names
     args_depth: int = 0  # the arguments object's depth in the stack (0: not open)
     keys: set[str] = field(default_factory=set)  # the arguments written so far (their keys)
+    calls: int = 0  # call objects closed so far
+    outside: str = ""  # the text outside any object since the last call closed (longer than OUTSIDE_KEPT: cut there, +1)
 
     def copy(self) -> "CallReader":
         return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
-                          self.value, self.name, self.args_depth, set(self.keys))
+                          self.value, self.name, self.args_depth, set(self.keys), self.calls, self.outside)
 
     @property
     def in_arguments(self) -> bool:
@@ -59,9 +62,12 @@ class CallReader:
                         i = plain.end()
                         continue
             elif not self.stack:  # outside any object only an opening brace counts
-                i = text.find("{", i)
-                if i < 0:
+                at = text.find("{", i)
+                if self.calls:
+                    self.outside = (self.outside + text[i:at if at >= 0 else n])[:OUTSIDE_KEPT + 1]
+                if at < 0:
                     return
+                i = at
             self.step(text[i])
             i += 1
 
@@ -86,6 +92,9 @@ class CallReader:
             if len(self.stack) == self.args_depth:
                 self.args_depth = -1  # closed: the call is written
             self.stack.pop()
+            if not self.stack and self.args_depth == -1:
+                self.calls += 1
+                self.outside = ""
         elif c == ":" and top.object:
             top.expect = VALUE
         elif c == ",":

@@ -11,6 +11,9 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
 - `tb_result_bias` / TOOLBRIDGE_RESULT_BIAS: the same steering for an `auto` answer that follows
   tool results, where a model should mostly answer; negative disfavours a call (a small model
   otherwise writes the result, or the call, again); 0 turns it off.
+- `tb_next_bias` / TOOLBRIDGE_NEXT_BIAS: right after a call in an `auto` answer that may hold
+  several (parallel_tool_calls not false), how many nats every call start's first token is
+  favoured, against ending the answer there (toolbridge.steer); 0 turns it off.
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
   favoured when the model would go on to an optional argument after every required one
   (toolbridge.callguard); 0 turns it off.
@@ -26,7 +29,8 @@ from typing import Any, Mapping
 
 from .dialects import Dialect, get_dialect
 
-KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_result_bias", "tb_close_bias")
+KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_result_bias", "tb_close_bias",
+        "tb_next_bias")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class Defaults:
     call_bias: float
     close_bias: float
     result_bias: float
+    next_bias: float
 
 
 # By whether the model's own chat template renders tools (toolbridge.chat_templates.renders_tools), that
@@ -47,8 +52,8 @@ class Defaults:
 # answering; at -3 or -5 on the call starts it answered from the result. Tool-trained models keep
 # their own judgement there (not measured: 0).
 DEFAULTS: dict[bool, Defaults] = {
-    False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0, result_bias=-5.0),
-    True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5, result_bias=0.0),
+    False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0, result_bias=-5.0, next_bias=0.0),
+    True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5, result_bias=0.0, next_bias=7.0),
 }
 
 
@@ -58,6 +63,7 @@ class Options:
     call_bias: float
     close_bias: float = 0.0
     result_bias: float = 0.0
+    next_bias: float = 0.0
     example: bool = True  # the prelude shows a call example
     system_role: bool | None = None  # the prelude's tools go in a system turn (None: as the template allows)
     template: str | None = None  # llama.cpp: the stock template's source (None: the model's own)
@@ -74,6 +80,7 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
     return Options(dialect, _number(kwargs, env, "tb_call_bias", defaults.call_bias),
                    _number(kwargs, env, "tb_close_bias", defaults.close_bias),
                    _number(kwargs, env, "tb_result_bias", defaults.result_bias),
+                   _number(kwargs, env, "tb_next_bias", defaults.next_bias),
                    example=kwargs.get("tb_example", True) is not False,
                    system_role=None if system_role is None else bool(system_role),
                    template=kwargs.get("tb_template") or None)

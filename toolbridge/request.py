@@ -124,7 +124,12 @@ class ToolRequest:
     @property
     def steer(self) -> bool:
         """The `auto` steering applies (toolbridge.steer)."""
-        return self.mode == LAZY and self.steer_bias != 0
+        return self.mode == LAZY and (self.steer_bias != 0 or self.next_bias != 0)
+
+    @property
+    def next_bias(self) -> float:
+        """The steering's bias toward another call right after one: where the answer may hold several."""
+        return self.options.next_bias if self.parallel else 0.0
 
     @property
     def tools(self) -> tuple[Tool, ...]:

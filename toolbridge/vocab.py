@@ -58,9 +58,9 @@ class Vocabulary:
 
     def steering(self, req: "ToolRequest") -> Steering:
         """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
-        return req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias),
+        return req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias, req.next_bias),
                                 lambda: Steering.for_dialect(req.dialect, req.steer_bias, self.encode,
-                                                             [t.name for t in req.tools]))
+                                                             [t.name for t in req.tools], req.next_bias))
 
 
 def hf_vocabulary(tokenizer: Any) -> Vocabulary:
