@@ -98,7 +98,7 @@ def quartiles(xs: list[float]) -> str:
     if not xs:
         return "n/a"
     xs = sorted(xs)
-    q = statistics.quantiles(xs, n=4) if len(xs) > 1 else [xs[0]] * 3
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
     return f"{xs[0]:.1f} / {q[0]:.1f} / {q[1]:.1f} / {q[2]:.1f} / {xs[-1]:.1f}"
 
 

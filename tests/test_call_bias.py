@@ -309,3 +309,27 @@ def test_malformed_rule_arguments_are_ignored_and_never_raise(forged):
         for out in outs:
             out.append(token)
     p.apply(torch.zeros(3, len(PIECES)))
+
+
+def test_right_after_the_first_call_another_call_start_is_favoured():
+    """tb_next_bias through the batch processor: the starts' first tokens right after the answer's
+    first call (and its closing markup), nothing after its second."""
+    p, out = processor(), []
+    lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED)
+    a = {**Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0).to_args(), **lazy.to_args()}
+    p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=a), None, out)], []))
+
+    def favoured():
+        logits = torch.zeros(1, len(PIECES))
+        p.apply(logits)
+        return {t for t in range(len(PIECES)) if logits[0, t] == 7.0}
+
+    p.apply(torch.zeros(1, len(PIECES)))  # the answer's start: the start bias, 5
+    out += ENCODE('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}')
+    assert favoured() == set(steering().starts)
+    out += ENCODE("\n</tool_call>\n")
+    assert favoured() == set(steering().starts)
+    out += ENCODE("Done")
+    assert favoured() == set()
+    out += ENCODE('{"name": "get_time", "arguments": {}}')
+    assert favoured() == set()  # after the second call the model decides alone

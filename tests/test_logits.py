@@ -110,7 +110,7 @@ def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
     g.feed('{"name": "f", "arguments": {"a": "}"}}')
     assert g.between
     after = token_changes(s, ENCODE("x" * 40), g, str, (), ())
-    assert after == (s.after_call(), None) and {t for t, _ in after[0]} == set(s.starts)
+    assert after == (s.after_call(1), None) and {t for t, _ in after[0]} == set(s.starts)
     for piece in ("\n", "</tool", "_call>", "\n"):  # its closing markup, whole or begun
         g.feed(piece)
         assert g.between

@@ -70,5 +70,5 @@ def test_steering_only_answers_a_user_turn():
 def test_the_next_call_bias_travels_and_keeps_steering_on_without_a_start_bias():
     s = Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"], next_bias=7)
     assert Steering.from_args(s.to_args()) == s and s.changes([]) == []  # nothing at the start
-    assert s.after_call() == [(t, 7.0) for t in s.starts]
-    assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call() == []
+    assert s.after_call(1) == [(t, 7.0) for t in s.starts] and s.after_call(2) == []
+    assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(1) == []

@@ -15,7 +15,7 @@ from .dialects import ARGS_KEYS, NAME_KEYS
 
 KEY, COLON, VALUE, AFTER = "key", "colon", "value", "after"  # what an object expects next
 _PLAIN = re.compile(r'[^"\\]+')  # inside a string: characters that neither end it nor escape
-OUTSIDE_KEPT = 32
+OUTSIDE_KEPT = 32  # how much text after a call `outside` keeps (a call's closing markup is shorter)
 
 
 @dataclass

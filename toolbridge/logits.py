@@ -30,17 +30,16 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallG
     """(token, logit change) for the next token, and the tokens it is held to (None: any), given
     the answer's tokens so far (`answer`) and the guard that has read its text; `top()`: the text of
     the model's highest-ranked next token, asked only where the guard decides on it
-    (`CallGuard.wants_top`). Steering speaks within its horizon and right after the answer's first
-    call (its next-call bias: a second call may start there; after two, a model that goes on does so
-    by itself, and pushed further it repeats the calls), the guard once it is armed."""
+    (`CallGuard.wants_top`). Steering speaks within its horizon and right after a call (its
+    next-call bias), the guard once it is armed."""
     changes: list[Change] = []
     only = None
     if steering is not None and len(answer) < steering.horizon:
         changes, only = steering.changes(answer), steering.only(answer)
     if guard is not None:
         guarded = guard.changes(top, closers, enders)
-        if steering is not None and steering.next and guard.calls == 1 and guard.between:
-            guarded = [*guarded, *steering.after_call()]
+        if steering is not None and steering.next and guard.between:
+            guarded = [*guarded, *steering.after_call(guard.calls)]
         if guarded:
             changes = [*changes, *guarded]
     return changes, only

@@ -103,10 +103,11 @@ class Steering:
                 changes.append((result[n], -math.inf))
         return changes
 
-    def after_call(self) -> list[tuple[int, float]]:
-        """(token, logit change) for the token right after a call (toolbridge.callguard.CallGuard.between):
-        each call start's first token favoured by `next`."""
-        return [(t, self.next) for t in self.starts] if self.next else []
+    def after_call(self, calls: int) -> list[tuple[int, float]]:
+        """(token, logit change) for the token right after an answer's `calls`-th call
+        (toolbridge.callguard.CallGuard.between): after the first, each call start's first token
+        favoured by `next`; after later ones, nothing (the model goes on by itself or stops)."""
+        return [(t, self.next) for t in self.starts] if self.next and calls == 1 else []
 
     def to_args(self) -> dict:
         return {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result),
