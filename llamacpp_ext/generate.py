@@ -80,8 +80,8 @@ class Sampler:
     def next(self, tokens: list[int]) -> int:
         """The next token after `tokens` (all evaluated), accepted by the chain and the grammar."""
         steer, g, vocab = self.steering, self.guard, self.vocab
-        if steer is not None and len(tokens) - self.answer_start >= steer.horizon and not (steer.next and g is not None):
-            steer = None  # past its horizon, and nothing to say after calls
+        if steer is not None and len(tokens) - self.answer_start >= steer.horizon and g is None:
+            steer = None  # past its horizon, and no calls to follow
         guarded = g is not None and vocab is not None
         changes, only = token_changes(steer, tokens[self.answer_start:] if steer is not None else (),
                                       g if guarded else None,

@@ -122,6 +122,20 @@ def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
     assert token_changes(off, ENCODE("x" * 40), g, str, (), ()) == ([], None)  # no next-call bias: nothing
 
 
+def test_after_a_call_the_answer_already_held_no_call_may_start():
+    s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["f"])  # no next-call bias
+    g = CallGuard(STARTS)
+    call = '<tool_call>\n{"name": "f", "arguments": {"a": "x"}}\n</tool_call>\n'
+    g.feed(call + call.replace('"x"', '"y"'))
+    assert g.between and not g.repeated and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
+    g.feed(call)
+    assert g.between and g.repeated and g.calls == 3
+    banned = ([(t, -math.inf) for t in s.starts], None)
+    assert token_changes(s, ENCODE("x" * 40), g, str, (), ()) == banned
+    g.feed("```json\n")  # a fence's opening: no longer right after the call, and still no call may start
+    assert not g.between and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == banned
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(PIECES, max_size=40))
 def test_between_calls_is_the_same_whatever_the_split(pieces):
@@ -129,4 +143,4 @@ def test_between_calls_is_the_same_whatever_the_split(pieces):
     whole.feed("".join(pieces))
     for piece in pieces:
         split.feed(piece)
-    assert whole.between == split.between
+    assert (whole.between, whole.calls, whole.repeated) == (split.between, split.calls, split.repeated)

@@ -10,7 +10,11 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
   with the 135M model's call bias; it must answer in text;
 - on c05, c07 and c12 it filled in optional arguments nobody gave (`"max_price": 1`,
   `"brightness": 50`, `"time": "14:00"`); the arguments close after the required ones
-  (toolbridge.callguard), and on s10 the optional ones the user gave are kept.
+  (toolbridge.callguard), and on s10 the optional ones the user gave are kept;
+- on the questions in PARALLEL, which ask for two calls, it ended its turn after the first; right
+  after the first call every call start gets the next-call bias (toolbridge.steer), and it makes the
+  second. These run on both engines: also on vLLM's CPU build, serving a Hugging Face copy of the
+  same model.
 """
 from __future__ import annotations
 
@@ -24,6 +28,25 @@ from servers import PYTHON, ROOT, Server, free_port, require
 from toolsets import bench_question
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def vllm_client():
+    """vLLM's CPU build serving the same model (a Hugging Face copy of the GGUF, bfloat16) with the
+    packaged ChatML template: the steering runs in vLLM's batch logits processor."""
+    require("vllm")
+    import openai
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import qwen
+
+    port = free_port()
+    argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(qwen.hf_copy()), "--served-model-name",
+            "qwen", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096", "--dtype", "bfloat16",
+            "--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
+            "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
+    with Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900) as s:
+        yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +64,11 @@ def client():
         yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
-def answer(client, qid: str, tool_choice: str, stream: bool) -> tuple[str, list[tuple[str, dict]], str, list]:
+def answer(client, qid: str, tool_choice: str, stream: bool, **extra) -> tuple[str, list[tuple[str, dict]], str, list]:
     """(content, [(name, arguments)], finish_reason, tools) for one bench question."""
     messages, tools = bench_question(qid)
-    kw = dict(model="qwen", messages=messages, tools=tools, tool_choice=tool_choice, temperature=0, max_tokens=256)
+    kw = dict(model="qwen", messages=messages, tools=tools, tool_choice=tool_choice, temperature=0, max_tokens=256,
+              **extra)
     if not stream:
         ch = client.chat.completions.create(**kw).choices[0]
         calls = [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls or []]
@@ -96,4 +120,41 @@ def test_required_is_a_valid_call(client, qid):
 def test_optional_arguments_are_the_ones_the_user_gave(client, qid, keys, stream):
     content, calls, _, tools = answer(client, qid, "auto", stream)
     assert len(calls) == 1 and set(calls[0][1]) == keys, (content, calls)
+    valid(calls, tools)
+
+
+ENGINES = ["llamacpp", pytest.param("vllm", marks=pytest.mark.vllm)]
+PARALLEL = ["p01", "p03"]
+EXPECTED = {"p01": ["get_weather", "get_weather"], "p03": ["get_time", "get_time"]}
+SINGLE = ["s03", "s10", "s12"]
+
+
+def on(request, engine: str):
+    return request.getfixturevalue("client" if engine == "llamacpp" else "vllm_client")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("qid", PARALLEL)
+def test_a_question_asking_for_several_calls_gets_each_once(request, engine, qid, stream):
+    """Right after the first call the next call start gets tb_next_bias (toolbridge.steer): the
+    model, which ends its turn there unpushed, makes the second call; the calls differ (no repeat)."""
+    content, calls, finish, tools = answer(on(request, engine), qid, "auto", stream)
+    assert [n for n, _ in calls] == EXPECTED[qid] and finish == "tool_calls", (content, calls)
+    assert len({json.dumps(a, sort_keys=True) for _, a in calls}) == len(calls), calls
+    valid(calls, tools)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("qid", SINGLE)
+def test_a_question_asking_for_one_call_gets_one(request, engine, qid):
+    _, calls, finish, tools = answer(on(request, engine), qid, "auto", False)
+    assert len(calls) == 1 and finish == "tool_calls", calls
+    valid(calls, tools)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_parallel_tool_calls_false_stops_after_the_first(request, engine):
+    _, calls, finish, tools = answer(on(request, engine), PARALLEL[0], "auto", False, parallel_tool_calls=False)
+    assert len(calls) == 1 and finish == "tool_calls", calls
     valid(calls, tools)

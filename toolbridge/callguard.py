@@ -155,6 +155,11 @@ class CallGuard:
         return bool(r.calls) and not r.stack and len(r.outside) <= OUTSIDE_KEPT and _BETWEEN.fullmatch(r.outside) is not None
 
     @property
+    def repeated(self) -> bool:
+        """Whether the call just written is, character for character, one the answer already holds."""
+        return self.reader.repeated
+
+    @property
     def looping(self) -> bool:
         r = self.reader
         return r.in_string and not r.escape and len(r.value) >= MIN_RUN and loops(r.value)

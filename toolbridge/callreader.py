@@ -36,10 +36,14 @@ class CallReader:
     keys: set[str] = field(default_factory=set)  # the arguments written so far (their keys)
     calls: int = 0  # call objects closed so far
     outside: str = ""  # the text outside any object since the last call closed (longer than OUTSIDE_KEPT: cut there, +1)
+    text: str = ""  # the current top-level object's text so far
+    written: set[str] = field(default_factory=set)  # the text of each call closed so far
+    repeated: bool = False  # the last call closed is the same text as an earlier one
 
     def copy(self) -> "CallReader":
         return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
-                          self.value, self.name, self.args_depth, set(self.keys), self.calls, self.outside)
+                          self.value, self.name, self.args_depth, set(self.keys), self.calls, self.outside,
+                          self.text, set(self.written), self.repeated)
 
     @property
     def in_arguments(self) -> bool:
@@ -59,6 +63,7 @@ class CallReader:
                     plain = _PLAIN.match(text, i)
                     if plain is not None:
                         self.value += plain.group()
+                        self.text += plain.group()
                         i = plain.end()
                         continue
             elif not self.stack:  # outside any object only an opening brace counts
@@ -72,6 +77,8 @@ class CallReader:
             i += 1
 
     def step(self, c: str) -> None:
+        if self.stack or c == "{":
+            self.text += c
         if self.in_string:
             self._in_string(c)
             return
@@ -79,7 +86,7 @@ class CallReader:
         if top is None:
             if c == "{":
                 self.stack.append(Level(True))
-                self.name, self.args_depth, self.keys = None, 0, set()
+                self.name, self.args_depth, self.keys, self.text = None, 0, set(), "{"
         elif c == '"':
             self.in_string, self.value = True, ""
         elif c in "{[":
@@ -95,6 +102,8 @@ class CallReader:
             if not self.stack and self.args_depth == -1:
                 self.calls += 1
                 self.outside = ""
+                self.repeated = self.text in self.written
+                self.written.add(self.text)
         elif c == ":" and top.object:
             top.expect = VALUE
         elif c == ",":

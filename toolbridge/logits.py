@@ -30,16 +30,16 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallG
     """(token, logit change) for the next token, and the tokens it is held to (None: any), given
     the answer's tokens so far (`answer`) and the guard that has read its text; `top()`: the text of
     the model's highest-ranked next token, asked only where the guard decides on it
-    (`CallGuard.wants_top`). Steering speaks within its horizon and right after a call (its
-    next-call bias), the guard once it is armed."""
+    (`CallGuard.wants_top`). Steering speaks within its horizon, right after a call (its next-call
+    bias) and anywhere after a repeated call (no call starts), the guard once it is armed."""
     changes: list[Change] = []
     only = None
     if steering is not None and len(answer) < steering.horizon:
         changes, only = steering.changes(answer), steering.only(answer)
     if guard is not None:
         guarded = guard.changes(top, closers, enders)
-        if steering is not None and steering.next and guard.between:
-            guarded = [*guarded, *steering.after_call(guard.calls)]
+        if steering is not None and (guard.between or guard.repeated):
+            guarded = [*guarded, *steering.after_call(guard.calls, guard.repeated)]
         if guarded:
             changes = [*changes, *guarded]
     return changes, only

@@ -16,7 +16,10 @@ tells when a call has just been written: toolbridge.callguard.CallGuard.between)
 ranks the next call's start 3-14 nats below ending on questions that ask for several calls, and 8-16
 below on questions that ask for one (BFCL's live categories), so a bias of 7 decides per question.
 Only after the first call: after two, a model that means to go on does so by itself, and one
-pushed on repeats its calls until max_tokens.
+pushed on repeats its calls until max_tokens. A call that repeats an earlier one of the same answer
+word for word ends the calls: no call may start anywhere after it (Qwen2.5-Coder-0.5B on vLLM wrote
+`get_current_weather(location="Boston, MA")` 19 times, unpushed, until max_tokens; with call
+starts banned only right after the repeat, it still went on: 18 calls on another question).
 
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
 it as per-request arguments (`to_args` / `from_args`).
@@ -103,10 +106,14 @@ class Steering:
                 changes.append((result[n], -math.inf))
         return changes
 
-    def after_call(self, calls: int) -> list[tuple[int, float]]:
-        """(token, logit change) for the token right after an answer's `calls`-th call
-        (toolbridge.callguard.CallGuard.between): after the first, each call start's first token
-        favoured by `next`; after later ones, nothing (the model goes on by itself or stops)."""
+    def after_call(self, calls: int, repeated: bool = False) -> list[tuple[int, float]]:
+        """(token, logit change) for a token after an answer's `calls`-th call: anywhere after a
+        call the answer already held (`repeated`), each call start's first token banned (the model
+        has started repeating itself and would go on until max_tokens); right after the first
+        (toolbridge.callguard.CallGuard.between), each favoured by `next`; after later ones,
+        nothing (the model goes on by itself or stops)."""
+        if repeated:
+            return [(t, -math.inf) for t in self.starts]
         return [(t, self.next) for t in self.starts] if self.next and calls == 1 else []
 
     def to_args(self) -> dict:
