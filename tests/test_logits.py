@@ -128,11 +128,12 @@ def test_after_a_call_the_answer_already_held_no_call_may_start():
     call = '<tool_call>\n{"name": "f", "arguments": {"a": "x"}}\n</tool_call>\n'
     g.feed(call + call.replace('"x"', '"y"'))
     assert g.between and not g.repeated and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
-    g.feed(call)
+    g.feed(call.replace('{"a"', '{\n  "a"'))  # the first call again, pretty-printed
     assert g.between and g.repeated and g.calls == 3
-    banned = ([(t, -math.inf) for t in s.starts], None)
-    assert token_changes(s, ENCODE("x" * 40), g, str, (), ()) == banned
-    g.feed("```json\n")  # a fence's opening: no longer right after the call, and still no call may start
+    banned = token_changes(s, ENCODE("x" * 40), g, str, (), ())
+    assert banned == (s.after_call(3, repeated=True), None)
+    assert {t for t, v in banned[0] if v == -math.inf} == {*s.starts, ord("{"), ord("`")}
+    g.feed("\n```json\n")  # a fence's opening: no longer right after the call, and still nothing may open
     assert not g.between and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == banned
 
 

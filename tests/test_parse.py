@@ -118,6 +118,16 @@ def test_max_calls_drops_later_calls_silently():
     assert calls(text, max_calls=1) == (None, PARIS)
 
 
+def test_a_call_that_repeats_an_earlier_one_is_the_last():
+    """A model that starts repeating its calls would go on until max_tokens; what follows the
+    repeat is read and dropped, in any form (here pretty-printed in a fence), text aside."""
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>\n'
+    later = '```json\n{\n  "name": "search",\n  "arguments": {"query": "x"}\n}\n```\nDone.'
+    assert calls(call + call + later) == ("Done.", PARIS + PARIS)
+    other = call.replace("Paris", "Rome")
+    assert calls(call + other + later)[1] == PARIS + [("get_weather", {"city": "Rome"}), ("search", {"query": "x"})]
+
+
 def test_named_choice_restricts_names():
     text = '<tool_call>{"name": "search", "arguments": {"query": "x"}}</tool_call>'
     content, got = calls(text, choice=ToolChoice("named", "get_weather"))

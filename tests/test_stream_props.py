@@ -109,6 +109,14 @@ def test_noise_never_raises_and_splits_agree(text, cuts):
     assert fold(events) == whole(text)
 
 
+def up_to_a_repeat(calls: list) -> list:
+    """The calls an answer keeps: up to the first that repeats an earlier one, that one included."""
+    for i, call in enumerate(calls):
+        if call in calls[:i]:
+            return calls[:i + 1]
+    return calls
+
+
 @SETTINGS
 @given(pre=prose, post=prose, dialect=st.sampled_from(sorted(DIALECTS)), calls=st.lists(one_call, min_size=1, max_size=3),
        cuts=st.lists(st.integers(0, 600), max_size=20))
@@ -121,7 +129,7 @@ def test_well_formed_calls_round_trip(pre, post, dialect, calls, cuts):
     check_contract(events)
     content, got = fold(events)
     assert (content, got) == whole(text)
-    assert [(n, json.loads(a)) for n, a, _ in got] == calls
+    assert [(n, json.loads(a)) for n, a, _ in got] == up_to_a_repeat(calls)
     assert content == expected_content(pre, post)
     assert all(complete and not BY_NAME[n].errors(json.loads(a)) for n, a, complete in got)  # schema-valid
     for marker in ("<tool_call>", "</tool_call>", "TOOL_CALL:", "```", "Action:", "Action Input:", '"arguments"'):

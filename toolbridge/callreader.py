@@ -36,9 +36,9 @@ class CallReader:
     keys: set[str] = field(default_factory=set)  # the arguments written so far (their keys)
     calls: int = 0  # call objects closed so far
     outside: str = ""  # the text outside any object since the last call closed (longer than OUTSIDE_KEPT: cut there, +1)
-    text: str = ""  # the current top-level object's text so far
+    text: str = ""  # the current top-level object's text so far, whitespace outside strings left out
     written: set[str] = field(default_factory=set)  # the text of each call closed so far
-    repeated: bool = False  # the last call closed is the same text as an earlier one
+    repeated: bool = False  # the last call closed has the same text as an earlier one
 
     def copy(self) -> "CallReader":
         return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
@@ -77,7 +77,7 @@ class CallReader:
             i += 1
 
     def step(self, c: str) -> None:
-        if self.stack or c == "{":
+        if (self.stack or c == "{") and (self.in_string or not c.isspace()):
             self.text += c
         if self.in_string:
             self._in_string(c)

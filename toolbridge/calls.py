@@ -21,7 +21,10 @@ class CallBook:
 
     allowed: the names a call may have (a named tool_choice allows one). max_calls: calls over
     the limit are read and dropped. on_start: told when a call starts (the parser drops the
-    whitespace before it).
+    whitespace before it). A call with the same name and arguments as an earlier one of the answer
+    is the last: the model has started repeating itself, and the calls after it are read and
+    dropped like those over the limit (it was streamed before it could be known for a repeat, so
+    it stays).
     """
 
     def __init__(self, tools: Sequence[Tool], allowed: set[str] | None, max_calls: int | None,
@@ -33,6 +36,8 @@ class CallBook:
         self.events = events
         self.on_start = on_start
         self.started = 0
+        self.ended: set[tuple[str, str]] = set()  # (name, arguments) of each call ended
+        self.repeated = False  # a call ended that repeats an earlier one
 
     def resolve(self, name: str) -> Tool | None:
         """The declared tool a model's spelling of a name means, if exactly one."""
@@ -48,15 +53,16 @@ class CallBook:
         return self.tools[folded[0]] if len(folded) == 1 else None
 
     def start(self, slot: "Slot") -> bool:
-        """Start the call in `slot` (its tool is known). False when it is over the limit."""
-        if self.max_calls is not None and self.started >= self.max_calls:
+        """Start the call in `slot` (its tool is known). False when it is dropped (over the limit,
+        or after a repeat); the whitespace before it is not content either way."""
+        self.on_start()
+        if self.repeated or (self.max_calls is not None and self.started >= self.max_calls):
             slot.dropped = True
             return False
         index = self.started
         self.started += 1
         slot.index = index
         slot.id = self.id_factory()
-        self.on_start()
         self.events.append(CallStart(index, slot.id, slot.tool.name))
         parts = slot.parts
         events = self.events
@@ -70,7 +76,10 @@ class CallBook:
         return True
 
     def end(self, slot: "Slot", complete: bool) -> None:
-        self.events.append(CallEnd(slot.index, ToolCall(slot.id, slot.tool.name, "".join(slot.parts), complete)))
+        call = (slot.tool.name, "".join(slot.parts))
+        self.repeated = self.repeated or call in self.ended
+        self.ended.add(call)
+        self.events.append(CallEnd(slot.index, ToolCall(slot.id, *call, complete)))
 
 
 class Slot:

@@ -17,9 +17,10 @@ ranks the next call's start 3-14 nats below ending on questions that ask for sev
 below on questions that ask for one (BFCL's live categories), so a bias of 7 decides per question.
 Only after the first call: after two, a model that means to go on does so by itself, and one
 pushed on repeats its calls until max_tokens. A call that repeats an earlier one of the same answer
-word for word ends the calls: no call may start anywhere after it (Qwen2.5-Coder-0.5B on vLLM wrote
-`get_current_weather(location="Boston, MA")` 19 times, unpushed, until max_tokens; with call
-starts banned only right after the repeat, it still went on: 18 calls on another question).
+(whitespace aside) ends the calls: no call may start anywhere after it (Qwen2.5-Coder-0.5B on vLLM wrote
+`get_current_weather(location="Boston, MA")` 19 times, unpushed, until max_tokens; with only the
+call starts banned right after the repeat, it opened a code fence and wrote the call pretty-printed,
+`{` then a newline: so every token that opens an object or a fence is banned too).
 
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
 it as per-request arguments (`to_args` / `from_args`).
@@ -33,9 +34,12 @@ from typing import Any, Callable, Mapping, Sequence
 from .dialects import BARE_JSON, Dialect
 from .grammar import call_starts
 
-ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES, ARG_NEXT = (
+ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES, ARG_NEXT, ARG_OPENS = (
     "toolbridge_bias", "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_start_ids", "toolbridge_name_ids",
-    "toolbridge_next_bias")
+    "toolbridge_next_bias", "toolbridge_open_ids")
+# Texts whose first token opens a JSON object or a code fence another way than a call start does
+# (`{` then a newline: a pretty-printed call the parser reads as well).
+_OPENERS = ("{", "{\n", "{\n\n", "```", "```json", "```\n")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class Steering:
     heads: tuple[tuple[int, ...], ...] = ()  # a bare JSON call's opening: `{"name": "`, ` {"name": "`
     names: tuple[tuple[int, ...], ...] = ()  # ... followed by a declared tool's name and its quote
     next: float = 0.0  # the bias on the call starts right after a call (another call), 0: none
+    opens: tuple[int, ...] = ()  # the first tokens of a JSON object or a code fence (banned after a repeat)
 
     def __post_init__(self) -> None:
         if not self.starts and self.call:
@@ -59,12 +64,17 @@ class Steering:
         call start counts as written at a line's start and after a space (` {"` is one token in
         many vocabularies)."""
         space = encode(" ")[:1]
-        firsts, heads, names = [], [], []
-        for text in call_starts(dialect):
-            firsts += encode(text)[:1]
-            spaced = encode(" " + text)[:1]
-            if spaced and spaced != space:
-                firsts += spaced
+
+        def first_tokens(texts: Sequence[str]) -> list[int]:
+            firsts = []
+            for text in texts:
+                firsts += encode(text)[:1]
+                spaced = encode(" " + text)[:1]
+                if spaced and spaced != space:
+                    firsts += spaced
+            return firsts
+
+        firsts, heads, names = first_tokens(call_starts(dialect)), [], []
         for opening in (BARE_JSON.call[0], " " + BARE_JSON.call[0]):
             head = encode(opening)
             heads.append(tuple(head))
@@ -72,7 +82,7 @@ class Steering:
         return cls(tuple(encode(dialect.grammar_trigger)),
                    tuple(encode(dialect.result_marker)) if dialect.result_marker else (), float(bias),
                    tuple(dict.fromkeys(firsts)), tuple(heads) if names else (), tuple(dict.fromkeys(names)),
-                   float(next_bias))
+                   float(next_bias), tuple(dict.fromkeys(t for t in first_tokens(_OPENERS) if t not in firsts)))
 
     @property
     def horizon(self) -> int:
@@ -108,17 +118,19 @@ class Steering:
 
     def after_call(self, calls: int, repeated: bool = False) -> list[tuple[int, float]]:
         """(token, logit change) for a token after an answer's `calls`-th call: anywhere after a
-        call the answer already held (`repeated`), each call start's first token banned (the model
-        has started repeating itself and would go on until max_tokens); right after the first
+        call the answer already held (`repeated`), each call start's first token banned, and each
+        token that opens a JSON object or a code fence (the model has started repeating itself and
+        would go on until max_tokens); right after the first
         (toolbridge.callguard.CallGuard.between), each favoured by `next`; after later ones,
         nothing (the model goes on by itself or stops)."""
         if repeated:
-            return [(t, -math.inf) for t in self.starts]
+            return [(t, -math.inf) for t in (*self.starts, *self.opens)]
         return [(t, self.next) for t in self.starts] if self.next and calls == 1 else []
 
     def to_args(self) -> dict:
         return {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result),
-                ARG_STARTS: list(self.starts), ARG_NAMES: [list(self.heads), list(self.names)], ARG_NEXT: self.next}
+                ARG_STARTS: list(self.starts), ARG_NAMES: [list(self.heads), list(self.names)], ARG_NEXT: self.next,
+                ARG_OPENS: list(self.opens)}
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None) -> "Steering | None":
@@ -133,7 +145,7 @@ class Steering:
             heads, names = args.get(ARG_NAMES) or ((), ())
             return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias or 0),
                        tuple(int(t) for t in args.get(ARG_STARTS) or ()), _paths(heads), _paths(names),
-                       float(next_bias or 0))
+                       float(next_bias or 0), tuple(int(t) for t in args.get(ARG_OPENS) or ()))
         except (TypeError, ValueError):
             return None
 
