@@ -156,7 +156,7 @@ class CallGuard:
 
     @property
     def repeated(self) -> bool:
-        """Whether the call just written is, character for character, one the answer already holds."""
+        """Whether the call just written is one the answer already holds (the same text, whitespace aside)."""
         return self.reader.repeated
 
     @property
