@@ -333,3 +333,26 @@ def test_right_after_the_first_call_another_call_start_is_favoured():
     assert favoured() == set()
     out += ENCODE('{"name": "get_time", "arguments": {}}')
     assert favoured() == set()  # after the second call the model decides alone
+
+
+def test_after_a_repeated_call_nothing_may_open_another():
+    """A call the answer already holds, written again: from there on every call start and every
+    token that opens an object or a code fence is banned in the batch processor."""
+    p, out = processor(), []
+    lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED)
+    s = Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0)
+    p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args={**s.to_args(), **lazy.to_args()}), None, out)], []))
+
+    def banned():
+        logits = torch.zeros(1, len(PIECES))
+        p.apply(logits)
+        return {t for t in range(len(PIECES)) if logits[0, t] == -math.inf}
+
+    p.apply(torch.zeros(1, len(PIECES)))
+    call = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n'
+    out += ENCODE(call)
+    assert banned() == set()
+    out += ENCODE(call)
+    assert banned() == {*s.starts, *s.opens} and {ID["{"], ID["`"], ID['{"']} <= banned()
+    out += ENCODE("(")
+    assert banned() == {*s.starts, *s.opens}  # not only right after the call
