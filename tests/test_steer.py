@@ -74,3 +74,11 @@ def test_the_next_call_bias_travels_and_keeps_steering_on_without_a_start_bias()
     assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(1) == []
     banned = [(t, -math.inf) for t in (*s.starts, ord("`"))]  # `{` is a call start's first token here
     assert s.after_call(1, repeated=True) == s.after_call(3, repeated=True) == banned
+
+
+def test_a_bias_against_calls_also_holds_back_every_opener_a_call_may_follow():
+    """A tool-trained model opens a call with ``` or `{` and a newline as well as with the marker."""
+    against = Steering.for_dialect(get_dialect("tags"), -5, ENCODE)
+    assert against.changes([]) == [(t, -5.0) for t in (*against.starts, ord("`"))]
+    toward = Steering.for_dialect(get_dialect("tags"), 5, ENCODE)
+    assert toward.changes([]) == [(t, 5.0) for t in toward.starts]  # a fence may be prose: not pushed

@@ -14,7 +14,10 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
 - on the questions in PARALLEL, which ask for two calls, it ended its turn after the first; right
   after the first call every call start gets the next-call bias (toolbridge.steer), and it makes the
   second. These run on both engines: also on vLLM's CPU build, serving a Hugging Face copy of the
-  same model.
+  same model;
+- on a reminder asked of a model with only audio tools (BFCL's live_irrelevance_724-241-0), whose
+  words meet none of the tools', it called set_volume; the call bias drops by tb_unrelated_bias
+  there (toolbridge.relevance), and it answers in text, on both engines.
 """
 from __future__ import annotations
 
@@ -153,3 +156,44 @@ def test_parallel_tool_calls_false_stops_after_the_first(request, engine):
     _, calls, finish, tools = answer(on(request, engine), PARALLEL[0], "auto", False, parallel_tool_calls=False)
     assert len(calls) == 1 and finish == "tool_calls", calls
     valid(calls, tools)
+
+
+# BFCL's live_irrelevance_724-241-0: a reminder, asked of a model that has only audio tools. Its words
+# meet none of the tools' (toolbridge.relevance); without tb_unrelated_bias Qwen called set_volume, on
+# llama.cpp and on vLLM.
+UNRELATED = ([{"role": "user", "content": "Remind me to text raj in 5 mins"}], [
+    {"type": "function", "function": {"name": "set_volume", "description": "Set the global volume for all audio playback.",
+                                      "parameters": {"type": "object", "required": ["volume"], "properties": {
+                                          "volume": {"type": "integer", "description": "From 0 (mute) to 100."}}}}},
+    {"type": "function", "function": {"name": "play_song", "description": "Plays the requested song.",
+                                      "parameters": {"type": "object", "required": ["query"], "properties": {
+                                          "query": {"type": "string", "description": "The song's title or artist."}}}}}])
+
+
+def unrelated_answer(client, stream: bool, **extra) -> tuple[str, list[str]]:
+    messages, tools = UNRELATED
+    kw = dict(model="qwen", messages=messages, tools=tools, temperature=0, max_tokens=64, **extra)
+    if not stream:
+        m = client.chat.completions.create(**kw).choices[0].message
+        return m.content or "", [c.function.name for c in m.tool_calls or []]
+    content, names = "", []
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        for ch in chunk.choices:
+            content += ch.delta.content or ""
+            names += [tc.function.name for tc in ch.delta.tool_calls or [] if tc.function and tc.function.name]
+    return content, names
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_question_no_tool_speaks_of_gets_text(request, engine, stream):
+    """The call bias drops by tb_unrelated_bias where the question's words meet no tool's."""
+    content, names = unrelated_answer(on(request, engine), stream)
+    assert not names and content.strip(), (content, names)
+
+
+@pytest.mark.vllm
+def test_without_the_unrelated_bias_the_same_question_gets_a_call(vllm_client):
+    """The question above is one the model calls a tool on by itself (vLLM takes the option per request)."""
+    _, names = unrelated_answer(vllm_client, False, extra_body={"chat_template_kwargs": {"tb_unrelated_bias": 0}})
+    assert names, "the model answered in text without the bias: the test above would prove nothing"

@@ -35,6 +35,7 @@ from .grammar import Entry, call_starts, entries
 from .callguard import CallGuard
 from .options import Options, resolve
 from .parse import ParseResult, parse
+from .relevance import tool_words, unrelated
 from .steer import follows_user_turn
 from .stream import StreamParser
 from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
@@ -65,6 +66,11 @@ class ToolSet:
     def specs(self) -> list[dict]:
         """The tools as plain OpenAI dicts (what the prompt renders)."""
         return [plain_data(t) for t in self.raw]
+
+    @cached_property
+    def words(self) -> tuple[frozenset[str], ...]:
+        """Each tool's words (toolbridge.relevance.tool_words)."""
+        return tuple(tool_words(t) for t in self.tools)
 
     def memo(self, key: Hashable, build: Callable[[], T]) -> T:
         """`build()`, computed once per key for this tool set (what an engine derives from it)."""
@@ -108,6 +114,7 @@ class CheckedRequest:
     parallel: bool
     stop: tuple[str, ...]  # the request's own stop strings
     after_user: bool  # the answer follows a user turn (not tool results)
+    unrelated: bool = False  # the user turns share no word with the tools (toolbridge.relevance)
 
 
 @dataclass(frozen=True)
@@ -118,7 +125,7 @@ class ToolRequest:
     parallel: bool
     mode: str
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
-    steer_bias: float = 0.0  # the steering's bias: call_bias after a user turn, result_bias after tool results
+    steer_bias: float = 0.0  # call_bias (+ unrelated_bias) after a user turn, result_bias after tool results
     tool_trained: bool = False  # the served model's own template renders tools
 
     @property
@@ -195,7 +202,9 @@ def check(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Seq
     choice = normalize_tool_choice(tool_choice, ts.tools)
     check_tool_results(messages)
     stops = tuple(dict.fromkeys(s for s in _stop_list(stop) if s))
-    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, follows_user_turn(messages))
+    after_user = follows_user_turn(messages)
+    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, after_user,
+                          after_user and bool(ts.tools) and unrelated(messages, ts.words))
 
 
 def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None = None,
@@ -224,6 +233,8 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
     elif ts.tools:  # tool_choice none: the answer ends where the model would write call or result markup
         stops += plain_stops(options.dialect)
     steer_bias = options.call_bias if checked.after_user else options.result_bias
+    if checked.unrelated:
+        steer_bias += options.unrelated_bias
     return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
                        steer_bias, tool_trained)
 

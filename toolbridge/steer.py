@@ -8,7 +8,10 @@ into `{"`, went on with names of its own, `{"name": "hiking_trails"`, which fall
 constraint). A tool result the model starts writing itself (`<tool_response>`, which shares
 `<tool_call>`'s first tokens) is cut where the two markers part: a model never writes tool results.
 All of it applies only at the answer's start, and only when the answer follows a user turn (after
-tool results the model should mostly answer, not call again); a bias of 0 turns it off.
+tool results the model should mostly answer, not call again); a bias of 0 turns it off. A
+negative bias (after tool results, or on a question whose words meet no tool's: toolbridge.relevance)
+holds back every token that opens a JSON object or a code fence as well: a tool-trained model opens
+its calls that way too (Qwen2.5-Coder-0.5B, held back from `<tool_call>` and `{"`, wrote ```` ``` ````).
 
 Parallel calls: right after an answer's first call, where a model either ends its turn or starts
 another call, every call start's first token gets the next-call bias (`next`; the guard of the call
@@ -85,6 +88,13 @@ class Steering:
                    float(next_bias), tuple(dict.fromkeys(t for t in first_tokens(_OPENERS) if t not in firsts)))
 
     @property
+    def firsts(self) -> tuple[int, ...]:
+        """The first tokens the answer-start bias applies to: the call starts, and where it is
+        against a call, every token that opens a JSON object or a code fence too (a tool-trained
+        model also opens its calls with ```` ``` ```` or `{` and a newline, which the parser reads)."""
+        return self.starts if self.bias > 0 else (*self.starts, *self.opens)
+
+    @property
     def horizon(self) -> int:
         """How many output tokens steering can touch: past it, `changes` and `only` say nothing."""
         return max(1, len(self.result), *map(len, self.names))
@@ -103,13 +113,14 @@ class Steering:
 
     def changes(self, output: Sequence[int]) -> list[tuple[int, float]]:
         """(token, logit change) for the next token, given the answer's tokens so far: each call
-        start's first token favoured at the start; the token where a tool result's marker
-        leaves the call marker banned while the answer is a prefix of it."""
+        start's first token favoured at the start (or disfavoured, with the openers: `firsts`); the
+        token where a tool result's marker leaves the call marker banned while the answer is a
+        prefix of it."""
         n = len(output)
         if n >= self.horizon:
             return []
         call, result = self.call, self.result
-        changes = [(t, self.bias) for t in self.starts] if n == 0 and self.bias else []
+        changes = [(t, self.bias) for t in self.firsts] if n == 0 and self.bias else []
         if n < len(result) and tuple(output) == result[:n]:
             on_call_path = n < len(call) and tuple(output) == call[:n] and call[n] == result[n]
             if not on_call_path:

@@ -1,0 +1,72 @@
+"""Whether a question's words meet any tool's, and the bias against a call where they meet none."""
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from toolbridge.options import DEFAULTS, resolve
+from toolbridge.relevance import tool_words, unrelated, words
+from toolbridge.request import check, prepare
+from toolbridge.tools import normalize_tools
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_current_weather", "description": "The weather now in a place.",
+    "parameters": {"type": "object", "required": ["location"], "properties": {
+        "location": {"type": "string", "description": "City and state, e.g. 'Austin, TX'."},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        "extra": {"type": "object", "properties": {"humidityThreshold": {"type": "number"}}}}}}}
+SEARCH = {"type": "function", "function": {"name": "HNA_NEWS.search", "description": "Finds articles by keyword."}}
+
+
+def user(text):
+    return [{"role": "user", "content": text}]
+
+
+def test_words_are_latin_content_words_cut_to_five_letters():
+    assert words("getCurrentWeather for the MOVIES") == {"curre", "weath", "movie"}  # get, for, the: function words
+    assert words("a to 42 _ 北京的天气") == frozenset()
+    assert words("multiplication") == words("multiply")
+
+
+def test_a_tools_words_come_from_its_name_description_arguments_and_enums_at_any_depth():
+    got = tool_words(normalize_tools([WEATHER])[0])
+    assert {"weath", "curre", "place", "locat", "austi", "celsi", "fahre", "extra", "humid", "thres"} <= got
+    assert {"news", "searc", "artic", "keywo"} <= tool_words(normalize_tools([SEARCH])[0])
+
+
+@pytest.mark.parametrize("messages, expected", [
+    (user("What is the capital of France?"), True),
+    (user("How warm is it in Paris, in celsius?"), False),  # an enum value
+    (user("Is it raining? What's the weather like"), False),
+    (user("北京今天天气怎么样？"), False),  # no Latin words: never called unrelated
+    (user("42"), False),
+    ([{"role": "user", "content": [{"type": "text", "text": "Tell me a joke about cats"}]}], True),
+    ([{"role": "system", "content": "You report the weather."}, *user("Tell me a joke")], True),  # only user turns
+    ([*user("weather in Rome?"), {"role": "assistant", "content": "Sunny."}, *user("and a joke?")], False),
+    ([], False),
+])
+def test_unrelated_reads_every_user_turn(messages, expected):
+    assert unrelated(messages, [tool_words(t) for t in normalize_tools([WEATHER, SEARCH])]) is expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.dictionaries(st.sampled_from(["role", "content", "type", "text"]),
+                    st.one_of(st.text(), st.none(), st.integers(), st.lists(st.dictionaries(st.text(), st.text())))),
+    st.text(), st.none())))
+def test_unrelated_never_raises_on_any_history(messages):
+    assert unrelated(messages, [frozenset({"weath"})]) in (True, False)
+
+
+def test_a_question_no_tool_speaks_of_gets_the_unrelated_bias_on_its_call_starts():
+    tools, joke = [WEATHER, SEARCH], user("Tell me a joke about cats")
+    assert check(tools=tools, messages=joke).unrelated and not check(tools=tools, messages=user("weather?")).unrelated
+    trained = DEFAULTS[True]
+    assert trained.unrelated_bias < 0 and DEFAULTS[False].unrelated_bias == 0
+    assert prepare(tools=tools, messages=joke, tool_trained=True, env={}).steer_bias == (
+        trained.call_bias + trained.unrelated_bias)
+    assert prepare(tools=tools, messages=user("weather in Rome?"), tool_trained=True, env={}).steer_bias == trained.call_bias
+    assert prepare(tools=tools, messages=joke, template_kwargs={"tb_unrelated_bias": 0}, tool_trained=True,
+                   env={}).steer_bias == trained.call_bias
+    assert resolve({}, env={"TOOLBRIDGE_UNRELATED_BIAS": "-2"}).unrelated_bias == -2.0
+    after_result = [*joke, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "get_current_weather", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert prepare(tools=tools, messages=after_result, tool_trained=True, env={}).steer_bias == trained.result_bias

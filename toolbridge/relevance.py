@@ -1,0 +1,77 @@
+"""Whether a request's user turns share any word with its tools: a call-free answer is likely
+where they share none.
+
+A tool-trained model asked something no tool serves still calls one, and its first token does not
+tell these questions apart from answerable ones (Qwen2.5-Coder-0.5B on BFCL's live questions: AUC
+0.55 for the call's margin). The words do: on BFCL's live categories (2235 questions), 40% of the
+irrelevance questions share no content word with any tool's name, description, argument names,
+argument descriptions or enum values, against 2.7% of the questions that want a call. The
+steering turns that into a bias against starting a call (toolbridge.options, `tb_unrelated_bias`),
+not a ban: a model sure enough of its call still makes it.
+
+Only words of three or more Latin letters count, less a short list of English function words;
+a request with no such word (another script, only numbers) is never called unrelated. Tool names
+are split at `_`, `.`, `-` and camelCase humps.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Mapping, Sequence
+
+from .tools import Tool
+
+_WORD = re.compile(r"[a-z]{3,}")
+_HUMP = re.compile(r"([a-z])([A-Z])")
+STEM = 5
+STOPWORDS = frozenset(
+    "the and for with are can you this that what how please from does want would like need give get find some any "
+    "all your our about which when where who there".split())
+
+
+def words(text: str) -> frozenset[str]:
+    """The content words of `text`: lower-cased runs of three or more Latin letters, camelCase
+    split, function words left out, each cut to its first five letters (`movie` meets `Movies`,
+    `multiplication` meets `multiply`)."""
+    return frozenset(w[:STEM] for w in _WORD.findall(_HUMP.sub(r"\1 \2", text).lower()) if w not in STOPWORDS)
+
+
+def tool_words(tool: Tool) -> frozenset[str]:
+    """The words a tool is described by: its name, description, argument names and their
+    descriptions and enum values, at any depth."""
+    return words(" ".join([tool.name, tool.description, *_schema_texts(tool.parameters)]))
+
+
+def unrelated(messages: Sequence[Any], tools: Iterable[frozenset[str]]) -> bool:
+    """Whether the user turns of `messages` hold content words and none of them is among any
+    tool's words (`tools`: each tool's `tool_words`)."""
+    said = words(" ".join(_user_texts(messages)))
+    return bool(said) and not any(said & t for t in tools)
+
+
+def _user_texts(messages: Sequence[Any]) -> Iterable[str]:
+    for m in messages or ():
+        if not isinstance(m, Mapping) or m.get("role") != "user":
+            continue
+        content = m.get("content")
+        if isinstance(content, str):
+            yield content
+        elif isinstance(content, list):
+            yield from (p["text"] for p in content
+                        if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str))
+
+
+def _schema_texts(schema: Any) -> Iterable[str]:
+    """Property names, descriptions and string enum values anywhere in a JSON schema."""
+    if isinstance(schema, Mapping):
+        for key, value in schema.items():
+            if key == "properties" and isinstance(value, Mapping):
+                yield from (k for k in value if isinstance(k, str))
+            if key in ("description", "title") and isinstance(value, str):
+                yield value
+            elif key == "enum" and isinstance(value, list):
+                yield from (v for v in value if isinstance(v, str))
+            else:
+                yield from _schema_texts(value)
+    elif isinstance(schema, list):
+        for item in schema:
+            yield from _schema_texts(item)
