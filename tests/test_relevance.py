@@ -21,7 +21,7 @@ def user(text):
 
 
 def test_words_are_latin_content_words_cut_to_five_letters():
-    assert words("getCurrentWeather for the MOVIES") == {"curre", "weath", "movie"}  # get, for, the: function words
+    assert words("getCurrentWeather for the MOVIES") == {"get", "curre", "weath", "movie"}  # for, the: function words
     assert words("a to 42 _ 北京的天气") == frozenset()
     assert words("multiplication") == words("multiply")
 
@@ -45,6 +45,12 @@ def test_a_tools_words_come_from_its_name_description_arguments_and_enums_at_any
 ])
 def test_unrelated_reads_every_user_turn(messages, expected):
     assert unrelated(messages, [tool_words(t) for t in normalize_tools([WEATHER, SEARCH])]) is expected
+
+
+def test_a_verb_a_tool_is_named_for_counts():
+    """`find`, `get`: "Find sushi places in Seattle." shares nothing else with find_restaurants."""
+    restaurants = {"type": "function", "function": {"name": "find_restaurants", "description": "Restaurants in a city."}}
+    assert not unrelated(user("Find sushi places in Seattle."), [tool_words(t) for t in normalize_tools([restaurants])])
 
 
 @settings(max_examples=200, deadline=None)
