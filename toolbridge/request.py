@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
@@ -114,7 +114,13 @@ class CheckedRequest:
     parallel: bool
     stop: tuple[str, ...]  # the request's own stop strings
     after_user: bool  # the answer follows a user turn (not tool results)
-    unrelated: bool = False  # the user turns share no word with the tools (toolbridge.relevance)
+    messages: Sequence[Any] = field(default=(), repr=False, compare=False)  # the history, as sent
+
+    @cached_property
+    def unrelated(self) -> bool:
+        """The answer follows user turns that share no word with the tools (toolbridge.relevance):
+        read only where a plan can use it, since it reads every user turn."""
+        return self.after_user and bool(self.toolset.tools) and unrelated(self.messages, self.toolset.words)
 
 
 @dataclass(frozen=True)
@@ -202,9 +208,7 @@ def check(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Seq
     choice = normalize_tool_choice(tool_choice, ts.tools)
     check_tool_results(messages)
     stops = tuple(dict.fromkeys(s for s in _stop_list(stop) if s))
-    after_user = follows_user_turn(messages)
-    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, after_user,
-                          after_user and bool(ts.tools) and unrelated(messages, ts.words))
+    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, follows_user_turn(messages), messages)
 
 
 def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None = None,
@@ -233,7 +237,7 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
     elif ts.tools:  # tool_choice none: the answer ends where the model would write call or result markup
         stops += plain_stops(options.dialect)
     steer_bias = options.call_bias if checked.after_user else options.result_bias
-    if checked.unrelated:
+    if mode == LAZY and options.unrelated_bias and checked.unrelated:
         steer_bias += options.unrelated_bias
     return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
                        steer_bias, tool_trained)
