@@ -88,11 +88,17 @@ class Steering:
                    float(next_bias), tuple(dict.fromkeys(t for t in first_tokens(_OPENERS) if t not in firsts)))
 
     @property
+    def openings(self) -> tuple[int, ...]:
+        """Every first token a call may be written after: the call starts, and the tokens that open
+        a JSON object or a code fence (a tool-trained model also opens its calls with ```` ``` ````
+        or `{` and a newline, which the parser reads)."""
+        return (*self.starts, *self.opens)
+
+    @property
     def firsts(self) -> tuple[int, ...]:
-        """The first tokens the answer-start bias applies to: the call starts, and where it is
-        against a call, every token that opens a JSON object or a code fence too (a tool-trained
-        model also opens its calls with ```` ``` ```` or `{` and a newline, which the parser reads)."""
-        return self.starts if self.bias > 0 else (*self.starts, *self.opens)
+        """The first tokens the answer-start bias applies to: the call starts, or every opening
+        where it is against a call."""
+        return self.starts if self.bias > 0 else self.openings
 
     @property
     def horizon(self) -> int:
@@ -135,7 +141,7 @@ class Steering:
         (toolbridge.callguard.CallGuard.between), each favoured by `next`; after later ones,
         nothing (the model goes on by itself or stops)."""
         if repeated:
-            return [(t, -math.inf) for t in (*self.starts, *self.opens)]
+            return [(t, -math.inf) for t in self.openings]
         return [(t, self.next) for t in self.starts] if self.next and calls == 1 else []
 
     def to_args(self) -> dict:
