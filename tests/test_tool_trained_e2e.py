@@ -65,12 +65,18 @@ def client():
 def answer(client, qid: str, tool_choice: str, stream: bool, **extra) -> tuple[str, list[tuple[str, dict]], str, list]:
     """(content, [(name, arguments)], finish_reason, tools) for one bench question."""
     messages, tools = bench_question(qid)
-    kw = dict(model="qwen", messages=messages, tools=tools, tool_choice=tool_choice, temperature=0, max_tokens=256,
-              **extra)
+    return (*ask(client, messages, tools, tool_choice, stream, **extra), tools)
+
+
+def ask(client, messages: list, tools: list, tool_choice: str, stream: bool, max_tokens: int = 256,
+        **extra) -> tuple[str, list[tuple[str, dict]], str]:
+    """(content, [(name, arguments)], finish_reason) of one answer, streamed or not."""
+    kw = dict(model="qwen", messages=messages, tools=tools, tool_choice=tool_choice, temperature=0,
+              max_tokens=max_tokens, **extra)
     if not stream:
         ch = client.chat.completions.create(**kw).choices[0]
         calls = [(c.function.name, json.loads(c.function.arguments)) for c in ch.message.tool_calls or []]
-        return ch.message.content or "", calls, ch.finish_reason, tools
+        return ch.message.content or "", calls, ch.finish_reason
     content, parts, finish = "", {}, None
     for chunk in client.chat.completions.create(stream=True, **kw):
         for ch in chunk.choices:
@@ -79,7 +85,7 @@ def answer(client, qid: str, tool_choice: str, stream: bool, **extra) -> tuple[s
                 name, args = parts.get(tc.index, ("", ""))
                 parts[tc.index] = (name + (tc.function.name or ""), args + (tc.function.arguments or ""))
             finish = ch.finish_reason or finish
-    return content, [(n, json.loads(a)) for _, (n, a) in sorted(parts.items())], finish, tools
+    return content, [(n, json.loads(a)) for _, (n, a) in sorted(parts.items())], finish
 
 
 def valid(calls: list[tuple[str, dict]], tools: list) -> None:
@@ -171,17 +177,8 @@ UNRELATED = ([{"role": "user", "content": "Remind me to text raj in 5 mins"}], [
 
 
 def unrelated_answer(client, stream: bool, **extra) -> tuple[str, list[str]]:
-    messages, tools = UNRELATED
-    kw = dict(model="qwen", messages=messages, tools=tools, temperature=0, max_tokens=64, **extra)
-    if not stream:
-        m = client.chat.completions.create(**kw).choices[0].message
-        return m.content or "", [c.function.name for c in m.tool_calls or []]
-    content, names = "", []
-    for chunk in client.chat.completions.create(stream=True, **kw):
-        for ch in chunk.choices:
-            content += ch.delta.content or ""
-            names += [tc.function.name for tc in ch.delta.tool_calls or [] if tc.function and tc.function.name]
-    return content, names
+    content, calls, _ = ask(client, *UNRELATED, "auto", stream, max_tokens=64, **extra)
+    return content, [name for name, _ in calls]
 
 
 @pytest.mark.parametrize("engine", ENGINES)
