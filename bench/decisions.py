@@ -13,7 +13,10 @@ writes its changes). Per case:
   (log-probabilities): a call bias `b` makes the answer a call where `first + b > 0`;
 - `next`: right after the answer's first call, at the step where the model weighs ending its turn
   most, the best call start's first token's log-probability, and the end's (`end`, about 0 when the
-  model means to stop): a next-call bias `b` starts a second call where `next + b > end`.
+  model means to stop): a next-call bias `b` starts a second call where `next + b > end`;
+- `later`: the same right after the answer's second call (a third call against the end);
+- `names`: the names of the answer's calls (which tools the question named, and which of them the
+  answer called, move the biases after each call: toolbridge.relevance.asked_for).
 
 Cases are bfcl's own first-turn requests (`python bench/bfcl.py requests --out FILE`): its handler's
 messages and tools, and how many calls each case expects.
@@ -68,6 +71,7 @@ class Recorder:
         self.read = 0
         self.first: float | None = None
         self.next: tuple[float, float] | None = None  # (next, end) where end is highest
+        self.later: tuple[float, float] | None = None  # the same right after the second call
 
     def write(self, real):
         def recording(logits, edits, array):
@@ -87,10 +91,11 @@ class Recorder:
         if len(ids) == self.prompt and self.first is None:
             others = np.delete(lp, self.starts)
             self.first = float(lp[self.starts].max() - others.max())
-        elif self.guard.calls == 1 and self.guard.between:
+        elif self.guard.calls in (1, 2) and self.guard.between:
             end = float(np.log(np.exp(lp[self.ends]).sum()))
-            if self.next is None or end > self.next[1]:
-                self.next = (float(lp[self.starts].max()), end)
+            kept = self.next if self.guard.calls == 1 else self.later
+            if kept is None or end > kept[1]:
+                setattr(self, "next" if self.guard.calls == 1 else "later", (float(lp[self.starts].max()), end))
         return logits
 
 
@@ -140,7 +145,8 @@ def main() -> None:
                                         max_tokens=args.max_tokens, logits_processor=[rec], **dict(options))
             calls = r["choices"][0]["message"].get("tool_calls") or []
             row = {"id": case["id"], "category": category, "expected_calls": case["expected_calls"],
-                   "calls": len(calls), "first": rec.first, "next": rec.next, "secs": round(time.monotonic() - t0, 1)}
+                   "calls": len(calls), "names": [c["function"]["name"] for c in calls], "first": rec.first,
+                   "next": rec.next, "later": rec.later, "secs": round(time.monotonic() - t0, 1)}
             rows.append(row)
             if out:
                 out.write(json.dumps(row) + "\n")

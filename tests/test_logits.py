@@ -1,6 +1,7 @@
 """The per-token logit rule's core (toolbridge.logits, and what it reads: toolbridge.callguard and
 toolbridge.callreader): the shortcuts engines take to run it cheaply leave its answers unchanged."""
 import math
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,6 +121,19 @@ def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
     assert g.between and g.calls == 2 and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
     off = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["f"])
     assert token_changes(off, ENCODE("x" * 40), g, str, (), ()) == ([], None)  # no next-call bias: nothing
+
+
+def test_the_calls_bias_reads_the_names_of_the_calls_written():
+    s = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f", "g"], next_bias=7),
+                asked=frozenset({"f", "g"}), again=3, enough=-4)
+    call = '<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call>\n'
+    g = CallGuard(STARTS)
+    g.feed(call % "f")
+    assert g.between and g.called == ("f",)
+    assert token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([(t, 10.0) for t in s.starts], None)
+    g.feed(call % "g")
+    assert g.between and g.called == ("f", "g")
+    assert token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([(t, -4.0) for t in s.openings], None)
 
 
 def test_after_a_call_the_answer_already_held_no_call_may_start():

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from toolbridge.options import DEFAULTS, resolve
-from toolbridge.relevance import tool_words, unrelated, words
+from toolbridge.relevance import asked_for, own_words, tool_words, unrelated, words
 from toolbridge.request import check, prepare
 from toolbridge.tools import normalize_tools
 
@@ -76,3 +76,74 @@ def test_a_question_no_tool_speaks_of_gets_the_unrelated_bias_on_its_call_starts
     after_result = [*joke, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
         "name": "get_current_weather", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
     assert prepare(tools=tools, messages=after_result, tool_trained=True, env={}).steer_bias == trained.result_bias
+
+
+FLIP = {"type": "function", "function": {"name": "flipImageAction", "description": "Flips the image.",
+                                         "parameters": {"type": "object", "properties": {
+                                             "flip_direction": {"type": "string", "enum": ["horizontal", "vertical"]}}}}}
+ROTATE = {"type": "function", "function": {"name": "rotateImageAction", "description": "Rotates the image.",
+                                           "parameters": {"type": "object", "properties": {
+                                               "degrees": {"type": "integer", "description": "Clockwise."}}}}}
+
+
+def test_a_tools_own_words_are_the_ones_no_other_tool_has():
+    flip, rotate = (tool_words(t) for t in normalize_tools([FLIP, ROTATE]))
+    own_flip, own_rotate = own_words([flip, rotate])
+    assert "image" in flip & rotate and "image" not in own_flip | own_rotate
+    assert own_flip == flip - rotate and {"flip", "horiz"} <= own_flip and {"rotat", "degre"} <= own_rotate
+    assert own_words([flip]) == (flip,) and own_words([]) == ()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("turn it by 20 degrees and flip it horizontally", {"flipImageAction", "rotateImageAction"}),
+    ("flip it horizontally", {"flipImageAction"}),
+    ("rotate the image", {"rotateImageAction"}),
+    ("make the image nicer", set()),  # a word both tools have asks for neither
+])
+def test_a_tool_is_asked_for_where_the_user_used_its_own_words(text, expected):
+    tools = normalize_tools([FLIP, ROTATE])
+    own = own_words([tool_words(t) for t in tools])
+    assert asked_for(user(text), [t.name for t in tools], own) == expected
+
+
+def test_only_the_turns_the_answer_is_to_name_tools():
+    tools = normalize_tools([FLIP, ROTATE])
+    own = own_words([tool_words(t) for t in tools])
+    history = [*user("rotate it by 90 degrees"), {"role": "assistant", "content": "Done."},
+               {"role": "system", "content": "Be brief."}, *user("now flip it")]
+    assert asked_for(history, [t.name for t in tools], own) == {"flipImageAction"}
+    assert asked_for(history[:1], [t.name for t in tools], own) == {"rotateImageAction"}
+
+
+def test_a_single_tool_is_never_asked_for_by_name():
+    (tool,) = normalize_tools([FLIP])
+    assert asked_for(user("flip it, then flip it again"), [tool.name], own_words([tool_words(tool)])) == frozenset()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]),
+                           "content": st.one_of(st.text(), st.none(), st.lists(st.dictionaries(st.text(), st.text())))}),
+    st.text(), st.none())))
+def test_asked_for_never_raises_on_any_history(messages):
+    assert asked_for(messages, ["a", "b"], [frozenset({"flip"}), frozenset()]) <= {"a", "b"}
+
+
+def test_the_plan_reads_the_tools_asked_for_only_where_the_steering_counts_calls():
+    tools, both = [FLIP, ROTATE], user("turn it by 20 degrees and flip it horizontally")
+    trained = DEFAULTS[True]
+    assert trained.again_bias > 0 > trained.enough_bias and DEFAULTS[False].again_bias == DEFAULTS[False].enough_bias == 0
+    req = prepare(tools=tools, messages=both, tool_trained=True, env={})
+    assert req.asked == {"flipImageAction", "rotateImageAction"} and req.next_bias == trained.next_bias
+    assert prepare(tools=tools, messages=user("make the image nicer"), tool_trained=True, env={}).asked == set()
+    assert prepare(tools=tools, messages=both, tool_trained=True, env={}, parallel_tool_calls=False).asked == set()
+    assert prepare(tools=tools, messages=both, tool_trained=True, env={}, tool_choice="required").asked == set()
+    assert prepare(tools=tools, messages=both, template_kwargs={"tb_again_bias": 0, "tb_enough_bias": 0},
+                   tool_trained=True, env={}).asked == set()
+    assert prepare(tools=tools, messages=both, env={}).asked == set()  # not the default for untrained models
+    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_AGAIN_BIAS": "2"}).asked
+    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_ENOUGH_BIAS": "-2"}).asked
+    assert resolve({}, env={"TOOLBRIDGE_AGAIN_BIAS": "2", "TOOLBRIDGE_ENOUGH_BIAS": "-1"}).again_bias == 2.0
+    after_result = [*both, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "flipImageAction", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert prepare(tools=tools, messages=after_result, tool_trained=True, env={}).asked == set()

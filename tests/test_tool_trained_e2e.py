@@ -15,6 +15,9 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
   after the first call every call start gets the next-call bias (toolbridge.steer), and it makes the
   second. These run on both engines: also on vLLM's CPU build, serving a Hugging Face copy of the
   same model;
+- on BFCL's "turn it by 20 degree and flip it horizontally" with five image tools, it flipped and
+  stopped on llama.cpp; the question names the rotation by a word only that tool has, so the
+  next-call bias grows there (toolbridge.relevance.asked_for), and it makes both calls, once each;
 - on a reminder asked of a model with only audio tools (BFCL's live_irrelevance_724-241-0), whose
   words meet none of the tools', it called set_volume; the call bias drops by tb_unrelated_bias
   there (toolbridge.relevance), and it answers in text, on both engines.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 
 import pytest
 from jsonschema.validators import validator_for
@@ -49,6 +53,14 @@ def vllm_client():
 
 @pytest.fixture(scope="module")
 def client():
+    with llamacpp_client() as c:
+        yield c
+
+
+@contextmanager
+def llamacpp_client(env: dict | None = None):
+    """`python -m llamacpp_ext` serving the GGUF with nothing else given (`env`: toolbridge's options
+    by environment variable, as llama.cpp takes them per model)."""
     require("llama_cpp")
     import openai
 
@@ -58,7 +70,7 @@ def client():
     port = free_port()
     argv = [PYTHON, "-m", "llamacpp_ext", "--model", str(qwen.gguf_path()), "--host", "127.0.0.1", "--port", str(port),
             "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "false"]
-    with Server(argv, port, timeout=600) as s:
+    with Server(argv, port, env=env, timeout=600) as s:
         yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
@@ -194,3 +206,34 @@ def test_without_the_unrelated_bias_the_same_question_gets_a_call(vllm_client):
     """The question above is one the model calls a tool on by itself (vLLM takes the option per request)."""
     _, names = unrelated_answer(vllm_client, False, extra_body={"chat_template_kwargs": {"tb_unrelated_bias": 0}})
     assert names, "the model answered in text without the bias: the test above would prove nothing"
+
+
+# BFCL's live_parallel_multiple_17-15-0: "turn it by 20 degree and flip it horizontally", with five image
+# tools. Qwen flipped, then ended its turn (the second call ranked 10 nats below the end, beyond the next-call
+# bias); "degree" is a word only rotateImageAction is described by, so the next-call bias grows by
+# tb_again_bias after the flip. With both asked-for tools called, tb_enough_bias holds back a third call
+# (it wrote the flip again on llama.cpp).
+TWO_TOOLS = json.loads((ROOT / "tests" / "data" / "bfcl_live_parallel_multiple_17-15-0.json").read_text())
+
+
+def two_tools_answer(client, stream: bool, **extra) -> tuple[str, list[tuple[str, dict]], str]:
+    return ask(client, TWO_TOOLS["messages"], TWO_TOOLS["tools"], "auto", stream, **extra)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_question_naming_two_tools_gets_one_call_to_each(request, engine, stream):
+    content, calls, finish = two_tools_answer(on(request, engine), stream)
+    assert sorted(n for n, _ in calls) == ["flipImageAction", "rotateImageAction"] and finish == "tool_calls", (
+        content, calls)
+    assert dict(calls)["rotateImageAction"]["degrees"] == 20 and dict(calls)["flipImageAction"] == {
+        "flip_direction": "horizontal"}
+    valid(calls, TWO_TOOLS["tools"])
+
+
+def test_without_the_again_bias_the_same_question_gets_one_call():
+    """On llama.cpp the question above is one the model stops after one call on by itself (vLLM's
+    bfloat16 copy of the model makes both calls unpushed)."""
+    with llamacpp_client({"TOOLBRIDGE_AGAIN_BIAS": "0"}) as unpushed:
+        _, calls, _ = two_tools_answer(unpushed, False)
+        assert [n for n, _ in calls] == ["flipImageAction"], calls

@@ -148,6 +148,11 @@ class CallGuard:
         return self.reader.calls
 
     @property
+    def called(self) -> tuple[str, ...]:
+        """The names of the calls the answer has written, in order."""
+        return tuple(self.reader.called)
+
+    @property
     def between(self) -> bool:
         """Whether a call has been written and nothing but closing markup follows it: where the
         answer may end or start another call (toolbridge.steer's next-call bias speaks here)."""

@@ -39,11 +39,12 @@ class CallReader:
     text: str = ""  # the current top-level object's text so far, whitespace outside strings left out
     written: set[str] = field(default_factory=set)  # the text of each call closed so far
     repeated: bool = False  # the last call closed has the same text as an earlier one
+    called: list[str] = field(default_factory=list)  # the name of each call closed so far ("" for none)
 
     def copy(self) -> "CallReader":
         return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
                           self.value, self.name, self.args_depth, set(self.keys), self.calls, self.outside,
-                          self.text, set(self.written), self.repeated)
+                          self.text, set(self.written), self.repeated, list(self.called))
 
     @property
     def in_arguments(self) -> bool:
@@ -101,6 +102,7 @@ class CallReader:
             self.stack.pop()
             if not self.stack and self.args_depth == -1:
                 self.calls += 1
+                self.called.append(self.name or "")
                 self.outside = ""
                 self.repeated = self.text in self.written
                 self.written.add(self.text)

@@ -9,6 +9,11 @@ argument descriptions or enum values, against 2.5% of the questions that want a 
 steering turns that into a bias against starting a call (toolbridge.options, `tb_unrelated_bias`),
 not a ban: a model sure enough of its call still makes it.
 
+The same words tell which tools a question asks for: those it names by a word that no other tool
+of the set is described by (`asked_for`). After an answer's first call, one of them still uncalled
+adds `tb_again_bias` to the steering's next-call bias; after a later call, with two or more asked
+for and each called, the call starts get `tb_enough_bias` (toolbridge.steer).
+
 Only words of three or more Latin letters count, less a short list of English function words;
 a request with no such word (another script, only numbers) is never called unrelated. Tool names
 are split at `_`, `.`, `-` and camelCase humps.
@@ -46,6 +51,35 @@ def unrelated(messages: Sequence[Any], tools: Iterable[frozenset[str]]) -> bool:
     tool's words (`tools`: each tool's `tool_words`)."""
     said = words(" ".join(_user_texts(messages)))
     return bool(said) and not any(said & t for t in tools)
+
+
+def own_words(tools: Sequence[frozenset[str]]) -> tuple[frozenset[str], ...]:
+    """Each tool's words that no other tool of the set has (`tools`: each tool's `tool_words`)."""
+    seen: dict[str, int] = {}
+    for w in tools:
+        for word in w:
+            seen[word] = seen.get(word, 0) + 1
+    return tuple(frozenset(word for word in w if seen[word] == 1) for w in tools)
+
+
+def asked_for(messages: Sequence[Any], names: Sequence[str], own: Sequence[frozenset[str]]) -> frozenset[str]:
+    """The tools the latest user turns of `messages` (those the answer is to) ask for by name: those
+    with an own word (`own`: `own_words`, in the order of `names`) among the user's words. A single
+    tool has no rival, so none is asked for by name."""
+    if len(names) < 2:
+        return frozenset()
+    said = words(" ".join(_user_texts(_latest(messages))))
+    return frozenset(name for name, w in zip(names, own) if said & w)
+
+
+def _latest(messages: Sequence[Any]) -> list[Any]:
+    """The messages after the last one that is neither a user nor a system turn."""
+    messages = list(messages or ())
+    for at in range(len(messages) - 1, -1, -1):
+        m = messages[at]
+        if not (isinstance(m, Mapping) and m.get("role") in ("user", "system")):
+            return messages[at + 1:]
+    return messages
 
 
 def _user_texts(messages: Sequence[Any]) -> Iterable[str]:

@@ -35,7 +35,7 @@ from .grammar import Entry, call_starts, entries
 from .callguard import CallGuard
 from .options import Options, resolve
 from .parse import ParseResult, parse
-from .relevance import tool_words, unrelated
+from .relevance import asked_for, own_words, tool_words, unrelated
 from .steer import follows_user_turn
 from .stream import StreamParser
 from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
@@ -71,6 +71,11 @@ class ToolSet:
     def words(self) -> tuple[frozenset[str], ...]:
         """Each tool's words (toolbridge.relevance.tool_words)."""
         return tuple(tool_words(t) for t in self.tools)
+
+    @cached_property
+    def own_words(self) -> tuple[frozenset[str], ...]:
+        """Each tool's words that no other tool here has (toolbridge.relevance.own_words)."""
+        return own_words(self.words)
 
     def memo(self, key: Hashable, build: Callable[[], T]) -> T:
         """`build()`, computed once per key for this tool set (what an engine derives from it)."""
@@ -122,6 +127,13 @@ class CheckedRequest:
         read only where a plan can use it, since it reads every user turn."""
         return self.after_user and bool(self.toolset.tools) and unrelated(self.messages, self.toolset.words)
 
+    @cached_property
+    def asked(self) -> frozenset[str]:
+        """The tools the user turns ask for by name (toolbridge.relevance.asked_for): read only where
+        a plan can use it."""
+        ts = self.toolset
+        return asked_for(self.messages, [t.name for t in ts.tools], ts.own_words) if self.after_user else frozenset()
+
 
 @dataclass(frozen=True)
 class ToolRequest:
@@ -133,11 +145,12 @@ class ToolRequest:
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
     steer_bias: float = 0.0  # call_bias (+ unrelated_bias) after a user turn, result_bias after tool results
     tool_trained: bool = False  # the served model's own template renders tools
+    asked: frozenset[str] = frozenset()  # the tools the question asks for by name, where the steering reads them
 
     @property
     def steer(self) -> bool:
         """The `auto` steering applies (toolbridge.steer)."""
-        return self.mode == LAZY and (self.steer_bias != 0 or self.next_bias != 0)
+        return self.mode == LAZY and (self.steer_bias != 0 or self.next_bias != 0 or bool(self.asked))
 
     @property
     def next_bias(self) -> float:
@@ -239,8 +252,10 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
     steer_bias = options.call_bias if checked.after_user else options.result_bias
     if mode == LAZY and options.unrelated_bias and checked.unrelated:
         steer_bias += options.unrelated_bias
+    counts = mode == LAZY and checked.parallel and (options.again_bias or options.enough_bias)
+    asked = checked.asked if counts else frozenset()
     return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
-                       steer_bias, tool_trained)
+                       steer_bias, tool_trained, asked)
 
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,

@@ -25,6 +25,12 @@ pushed on repeats its calls until max_tokens. A call that repeats an earlier one
 call starts banned right after the repeat, it opened a code fence and wrote the call pretty-printed,
 `{` then a newline: so every token that opens an object or a fence is banned too).
 
+Which tools the question names (`asked`: by a word only that tool of the set is described by,
+toolbridge.relevance.asked_for) moves both decisions: right after the first call, one of them still
+uncalled adds `again` to the next-call bias (Qwen flipped an image and stopped where it was also asked
+to rotate it); after a later call, with two or more named and each called, the call starts get `enough`
+(it then wrote the flip a second time). The guard's `called` names the calls written.
+
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
 it as per-request arguments (`to_args` / `from_args`).
 """
@@ -37,9 +43,9 @@ from typing import Any, Callable, Mapping, Sequence
 from .dialects import BARE_JSON, Dialect
 from .grammar import call_starts
 
-ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES, ARG_NEXT, ARG_OPENS = (
+ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES, ARG_NEXT, ARG_OPENS, ARG_AGAIN = (
     "toolbridge_bias", "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_start_ids", "toolbridge_name_ids",
-    "toolbridge_next_bias", "toolbridge_open_ids")
+    "toolbridge_next_bias", "toolbridge_open_ids", "toolbridge_again")
 # Texts whose first token opens a JSON object or a code fence another way than a call start does
 # (`{` then a newline: a pretty-printed call the parser reads as well).
 _OPENERS = ("{", "{\n", "{\n\n", "```", "```json", "```\n")
@@ -55,6 +61,9 @@ class Steering:
     names: tuple[tuple[int, ...], ...] = ()  # ... followed by a declared tool's name and its quote
     next: float = 0.0  # the bias on the call starts right after a call (another call), 0: none
     opens: tuple[int, ...] = ()  # the first tokens of a JSON object or a code fence (banned after a repeat)
+    asked: frozenset[str] = frozenset()  # the tools the question names by words only they have (toolbridge.relevance)
+    again: float = 0.0  # added to `next` when the first call leaves one of `asked` uncalled
+    enough: float = 0.0  # on the call starts after a later call, once two or more `asked` are all called
 
     def __post_init__(self) -> None:
         if not self.starts and self.call:
@@ -133,21 +142,32 @@ class Steering:
                 changes.append((result[n], -math.inf))
         return changes
 
-    def after_call(self, calls: int, repeated: bool = False) -> list[tuple[int, float]]:
+    def after_call(self, calls: int, repeated: bool = False, called: Sequence[str] = ()) -> list[tuple[int, float]]:
         """(token, logit change) for a token after an answer's `calls`-th call: anywhere after a
         call the answer already held (`repeated`), each call start's first token banned, and each
         token that opens a JSON object or a code fence (the model has started repeating itself and
         would go on until max_tokens); right after the first
-        (toolbridge.callguard.CallGuard.between), each favoured by `next`; after later ones,
-        nothing (the model goes on by itself or stops)."""
+        (toolbridge.callguard.CallGuard.between), each favoured by `next`, and by `again` more where
+        a tool the question asked for (`asked`) is not among the calls' names (`called`); after later
+        ones, `enough` where the question asked for two or more tools and each is called, else
+        nothing (the model goes on by itself or stops). A bias against a call holds back every
+        opening, as at the answer's start."""
         if repeated:
             return [(t, -math.inf) for t in self.openings]
-        return [(t, self.next) for t in self.starts] if self.next and calls == 1 else []
+        left = bool(self.asked.difference(called))
+        if calls == 1:
+            bias = self.next + (self.again if left else 0.0)
+        else:
+            bias = self.enough if len(self.asked) > 1 and not left else 0.0
+        return [(t, bias) for t in (self.starts if bias > 0 else self.openings)] if bias else []
 
     def to_args(self) -> dict:
-        return {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result),
+        args = {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result),
                 ARG_STARTS: list(self.starts), ARG_NAMES: [list(self.heads), list(self.names)], ARG_NEXT: self.next,
                 ARG_OPENS: list(self.opens)}
+        if self.asked and (self.again or self.enough):
+            args[ARG_AGAIN] = [sorted(self.asked), self.again, self.enough]
+        return args
 
     @classmethod
     def from_args(cls, args: Mapping[str, Any] | None) -> "Steering | None":
@@ -156,13 +176,15 @@ class Steering:
         on them would fail every request it is running)."""
         args = args or {}
         call, bias, next_bias = args.get(ARG_CALL), args.get(ARG_BIAS), args.get(ARG_NEXT)
-        if not call or not (bias or next_bias):
+        if not call or not (bias or next_bias or args.get(ARG_AGAIN)):
             return None
         try:
             heads, names = args.get(ARG_NAMES) or ((), ())
+            asked, again, enough = args.get(ARG_AGAIN) or ((), 0.0, 0.0)
             return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias or 0),
                        tuple(int(t) for t in args.get(ARG_STARTS) or ()), _paths(heads), _paths(names),
-                       float(next_bias or 0), tuple(int(t) for t in args.get(ARG_OPENS) or ()))
+                       float(next_bias or 0), tuple(int(t) for t in args.get(ARG_OPENS) or ()),
+                       frozenset(str(n) for n in asked), float(again), float(enough))
         except (TypeError, ValueError):
             return None
 

@@ -8,6 +8,7 @@ object, so it lives exactly as long as the tokenizer it calls; its `key` names t
 stably (a model's path or name, never an object's id) for what is kept per tool set."""
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
@@ -58,9 +59,12 @@ class Vocabulary:
 
     def steering(self, req: "ToolRequest") -> Steering:
         """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
-        return req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias, req.next_bias),
-                                lambda: Steering.for_dialect(req.dialect, req.steer_bias, self.encode,
-                                                             [t.name for t in req.tools], req.next_bias))
+        steering = req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias, req.next_bias),
+                                    lambda: Steering.for_dialect(req.dialect, req.steer_bias, self.encode,
+                                                                 [t.name for t in req.tools], req.next_bias))
+        if not req.asked:
+            return steering
+        return replace(steering, asked=req.asked, again=req.options.again_bias, enough=req.options.enough_bias)
 
 
 def hf_vocabulary(tokenizer: Any) -> Vocabulary:
