@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from toolbridge.options import DEFAULTS, resolve
-from toolbridge.relevance import asked_for, own_words, tool_words, unrelated, words
+from toolbridge.relevance import asked_for, own_words, tool_words, unrelated, user_words, words
 from toolbridge.request import check, prepare
 from toolbridge.tools import normalize_tools
 
@@ -44,22 +44,27 @@ def test_a_tools_words_come_from_its_name_description_arguments_and_enums_at_any
     ([], False),
 ])
 def test_unrelated_reads_every_user_turn(messages, expected):
-    assert unrelated(messages, [tool_words(t) for t in normalize_tools([WEATHER, SEARCH])]) is expected
+    assert unrelated(user_words(messages)[0], [tool_words(t) for t in normalize_tools([WEATHER, SEARCH])]) is expected
 
 
 def test_a_verb_a_tool_is_named_for_counts():
     """`find`, `get`: "Find sushi places in Seattle." shares nothing else with find_restaurants."""
     restaurants = {"type": "function", "function": {"name": "find_restaurants", "description": "Restaurants in a city."}}
-    assert not unrelated(user("Find sushi places in Seattle."), [tool_words(t) for t in normalize_tools([restaurants])])
+    said, _ = user_words(user("Find sushi places in Seattle."))
+    assert not unrelated(said, [tool_words(t) for t in normalize_tools([restaurants])])
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(
     st.dictionaries(st.sampled_from(["role", "content", "type", "text"]),
                     st.one_of(st.text(), st.none(), st.integers(), st.lists(st.dictionaries(st.text(), st.text())))),
+    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]),
+                           "content": st.one_of(st.text(), st.none(), st.lists(st.dictionaries(st.text(), st.text())))}),
     st.text(), st.none())))
-def test_unrelated_never_raises_on_any_history(messages):
-    assert unrelated(messages, [frozenset({"weath"})]) in (True, False)
+def test_the_users_words_never_raise_on_any_history(messages):
+    said, latest = user_words(messages)
+    assert latest <= said and unrelated(said, [frozenset({"weath"})]) in (True, False)
+    assert asked_for(latest, ["a", "b"], [frozenset({"flip"}), frozenset()]) <= {"a", "b"}
 
 
 def test_a_question_no_tool_speaks_of_gets_the_unrelated_bias_on_its_call_starts():
@@ -103,7 +108,7 @@ def test_a_tools_own_words_are_the_ones_no_other_tool_has():
 def test_a_tool_is_asked_for_where_the_user_used_its_own_words(text, expected):
     tools = normalize_tools([FLIP, ROTATE])
     own = own_words([tool_words(t) for t in tools])
-    assert asked_for(user(text), [t.name for t in tools], own) == expected
+    assert asked_for(user_words(user(text))[1], [t.name for t in tools], own) == expected
 
 
 def test_only_the_turns_the_answer_is_to_name_tools():
@@ -111,22 +116,16 @@ def test_only_the_turns_the_answer_is_to_name_tools():
     own = own_words([tool_words(t) for t in tools])
     history = [*user("rotate it by 90 degrees"), {"role": "assistant", "content": "Done."},
                {"role": "system", "content": "Be brief."}, *user("now flip it")]
-    assert asked_for(history, [t.name for t in tools], own) == {"flipImageAction"}
-    assert asked_for(history[:1], [t.name for t in tools], own) == {"rotateImageAction"}
+    said, latest = user_words(history)
+    assert latest == words("now flip it") and said == words("rotate it by 90 degrees now flip it")
+    assert asked_for(latest, [t.name for t in tools], own) == {"flipImageAction"}
+    assert asked_for(user_words(history[:1])[1], [t.name for t in tools], own) == {"rotateImageAction"}
 
 
 def test_a_single_tool_is_never_asked_for_by_name():
     (tool,) = normalize_tools([FLIP])
-    assert asked_for(user("flip it, then flip it again"), [tool.name], own_words([tool_words(tool)])) == frozenset()
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(
-    st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "tool", "system"]),
-                           "content": st.one_of(st.text(), st.none(), st.lists(st.dictionaries(st.text(), st.text())))}),
-    st.text(), st.none())))
-def test_asked_for_never_raises_on_any_history(messages):
-    assert asked_for(messages, ["a", "b"], [frozenset({"flip"}), frozenset()]) <= {"a", "b"}
+    said, latest = user_words(user("flip it, then flip it again"))
+    assert asked_for(latest, [tool.name], own_words([tool_words(tool)])) == frozenset()
 
 
 def test_the_plan_reads_the_tools_asked_for_only_where_the_steering_counts_calls():

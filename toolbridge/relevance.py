@@ -46,10 +46,19 @@ def tool_words(tool: Tool) -> frozenset[str]:
     return words(" ".join([tool.name, tool.description, *_schema_texts(tool.parameters)]))
 
 
-def unrelated(messages: Sequence[Any], tools: Iterable[frozenset[str]]) -> bool:
-    """Whether the user turns of `messages` hold content words and none of them is among any
-    tool's words (`tools`: each tool's `tool_words`)."""
-    said = words(" ".join(_user_texts(messages)))
+def user_words(messages: Sequence[Any]) -> tuple[frozenset[str], frozenset[str]]:
+    """The content words of the user turns of `messages`: of all of them, and of the latest (those
+    after the last turn that is neither a user nor a system turn: the ones an answer is to). Each
+    text is read once."""
+    messages = list(messages or ())
+    start = _latest(messages)
+    latest = words(" ".join(_user_texts(messages[start:])))
+    return words(" ".join(_user_texts(messages[:start]))) | latest, latest
+
+
+def unrelated(said: frozenset[str], tools: Iterable[frozenset[str]]) -> bool:
+    """Whether the user's words (`said`: `user_words`) hold content words and none of them is
+    among any tool's words (`tools`: each tool's `tool_words`)."""
     return bool(said) and not any(said & t for t in tools)
 
 
@@ -62,24 +71,23 @@ def own_words(tools: Sequence[frozenset[str]]) -> tuple[frozenset[str], ...]:
     return tuple(frozenset(word for word in w if seen[word] == 1) for w in tools)
 
 
-def asked_for(messages: Sequence[Any], names: Sequence[str], own: Sequence[frozenset[str]]) -> frozenset[str]:
-    """The tools the latest user turns of `messages` (those the answer is to) ask for by name: those
-    with an own word (`own`: `own_words`, in the order of `names`) among the user's words. A single
-    tool has no rival, so none is asked for by name."""
+def asked_for(said: frozenset[str], names: Sequence[str], own: Sequence[frozenset[str]]) -> frozenset[str]:
+    """The tools the user asks for by name: those with an own word (`own`: `own_words`, in the
+    order of `names`) among the words of the turns the answer is to (`said`: the latest of
+    `user_words`). A single tool has no rival, so none is asked for by name."""
     if len(names) < 2:
         return frozenset()
-    said = words(" ".join(_user_texts(_latest(messages))))
     return frozenset(name for name, w in zip(names, own) if said & w)
 
 
-def _latest(messages: Sequence[Any]) -> list[Any]:
-    """The messages after the last one that is neither a user nor a system turn."""
-    messages = list(messages or ())
+def _latest(messages: list[Any]) -> int:
+    """Where the latest user turns start: after the last message that is neither a user nor a
+    system turn."""
     for at in range(len(messages) - 1, -1, -1):
         m = messages[at]
         if not (isinstance(m, Mapping) and m.get("role") in ("user", "system")):
-            return messages[at + 1:]
-    return messages
+            return at + 1
+    return 0
 
 
 def _user_texts(messages: Sequence[Any]) -> Iterable[str]:

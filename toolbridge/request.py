@@ -35,7 +35,7 @@ from .grammar import Entry, call_starts, entries
 from .callguard import CallGuard
 from .options import Options, resolve
 from .parse import ParseResult, parse
-from .relevance import asked_for, own_words, tool_words, unrelated
+from .relevance import asked_for, own_words, tool_words, unrelated, user_words
 from .steer import follows_user_turn
 from .stream import StreamParser
 from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
@@ -125,14 +125,20 @@ class CheckedRequest:
     def unrelated(self) -> bool:
         """The answer follows user turns that share no word with the tools (toolbridge.relevance):
         read only where a plan can use it, since it reads every user turn."""
-        return self.after_user and bool(self.toolset.tools) and unrelated(self.messages, self.toolset.words)
+        return self.after_user and bool(self.toolset.tools) and unrelated(self.said[0], self.toolset.words)
 
     @cached_property
     def asked(self) -> frozenset[str]:
         """The tools the user turns ask for by name (toolbridge.relevance.asked_for): read only where
         a plan can use it."""
         ts = self.toolset
-        return asked_for(self.messages, [t.name for t in ts.tools], ts.own_words) if self.after_user else frozenset()
+        return asked_for(self.said[1], [t.name for t in ts.tools], ts.own_words) if self.after_user else frozenset()
+
+    @cached_property
+    def said(self) -> tuple[frozenset[str], frozenset[str]]:
+        """The words of the user turns, all and the latest (toolbridge.relevance.user_words): read
+        once, by whichever check needs them first."""
+        return user_words(self.messages)
 
 
 @dataclass(frozen=True)
