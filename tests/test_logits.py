@@ -111,7 +111,7 @@ def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
     g.feed('{"name": "f", "arguments": {"a": "}"}}')
     assert g.between
     after = token_changes(s, ENCODE("x" * 40), g, str, (), ())
-    assert after == (s.after_call(1), None) and {t for t, _ in after[0]} == set(s.starts)
+    assert after == (s.after_call(["f"]), None) and {t for t, _ in after[0]} == set(s.starts)
     for piece in ("\n", "</tool", "_call>", "\n"):  # its closing markup, whole or begun
         g.feed(piece)
         assert g.between
@@ -145,7 +145,7 @@ def test_after_a_call_the_answer_already_held_no_call_may_start():
     g.feed(call.replace('{"a"', '{\n  "a"'))  # the first call again, pretty-printed
     assert g.between and g.repeated and g.calls == 3
     banned = token_changes(s, ENCODE("x" * 40), g, str, (), ())
-    assert banned == (s.after_call(3, repeated=True), None)
+    assert banned == (s.after_call(["f", "f", "f"], repeated=True), None)
     assert {t for t, v in banned[0] if v == -math.inf} == {*s.starts, ord("{"), ord("`")}
     g.feed("\n```json\n")  # a fence's opening: no longer right after the call, and still nothing may open
     assert not g.between and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == banned

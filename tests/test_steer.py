@@ -71,26 +71,26 @@ def test_steering_only_answers_a_user_turn():
 def test_the_next_call_bias_travels_and_keeps_steering_on_without_a_start_bias():
     s = Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"], next_bias=7)
     assert Steering.from_args(s.to_args()) == s and s.changes([]) == []  # nothing at the start
-    assert s.after_call(1) == [(t, 7.0) for t in s.starts] and s.after_call(2) == []
-    assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(1) == []
+    assert s.after_call(["f"]) == [(t, 7.0) for t in s.starts] and s.after_call(["f", "f"]) == []
+    assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(["f"]) == []
     banned = [(t, -math.inf) for t in (*s.starts, ord("`"))]  # `{` is a call start's first token here
-    assert s.after_call(1, repeated=True) == s.after_call(3, repeated=True) == banned
+    assert s.after_call(["f"], repeated=True) == s.after_call(["f", "g", "f"], repeated=True) == banned
 
 
 def test_the_calls_bias_reads_which_asked_for_tools_are_called():
     s = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f", "g", "h"], next_bias=7),
                 asked=frozenset({"f", "g"}), again=3.5, enough=-5)
-    assert s.after_call(1, called=["f"]) == [(t, 10.5) for t in s.starts]  # g is still asked for
-    assert s.after_call(1, called=["h"]) == [(t, 10.5) for t in s.starts]
-    assert s.after_call(2, called=["f", "g"]) == [(t, -5.0) for t in s.openings]  # each asked for is called
-    assert s.after_call(3, called=["h", "g", "f"]) == [(t, -5.0) for t in s.openings]
-    assert s.after_call(2, called=["f", "h"]) == []  # g still uncalled: the model decides alone
+    assert s.after_call(["f"]) == [(t, 10.5) for t in s.starts]  # g is still asked for
+    assert s.after_call(["h"]) == [(t, 10.5) for t in s.starts]
+    assert s.after_call(["f", "g"]) == [(t, -5.0) for t in s.openings]  # each asked for is called
+    assert s.after_call(["h", "g", "f"]) == [(t, -5.0) for t in s.openings]
+    assert s.after_call(["f", "h"]) == []  # g still uncalled: the model decides alone
     one = replace(s, asked=frozenset({"f"}))
-    assert one.after_call(1, called=["f"]) == [(t, 7.0) for t in s.starts]  # nothing else asked for
-    assert one.after_call(2, called=["f", "f"]) == []  # one tool asked for: several calls to it may be wanted
+    assert one.after_call(["f"]) == [(t, 7.0) for t in s.starts]  # nothing else asked for
+    assert one.after_call(["f", "f"]) == []  # one tool asked for: several calls to it may be wanted
     assert Steering.from_args(s.to_args()) == s and Steering.from_args(one.to_args()) == one
     alone = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"]), asked=frozenset({"g"}), again=2.0)
-    assert Steering.from_args(alone.to_args()) == alone and alone.after_call(1, called=["f"]) == [(t, 2.0) for t in alone.starts]
+    assert Steering.from_args(alone.to_args()) == alone and alone.after_call(["f"]) == [(t, 2.0) for t in alone.starts]
     assert Steering.from_args({**s.to_args(), "toolbridge_again": "nonsense"}) is None
 
 

@@ -34,17 +34,21 @@ class CallReader:
     name: str | None = None  # the tool the current call names
     args_depth: int = 0  # the arguments object's depth in the stack (0: not open)
     keys: set[str] = field(default_factory=set)  # the arguments written so far (their keys)
-    calls: int = 0  # call objects closed so far
     outside: str = ""  # the text outside any object since the last call closed (longer than OUTSIDE_KEPT: cut there, +1)
     text: str = ""  # the current top-level object's text so far, whitespace outside strings left out
     written: set[str] = field(default_factory=set)  # the text of each call closed so far
     repeated: bool = False  # the last call closed has the same text as an earlier one
-    called: list[str] = field(default_factory=list)  # the name of each call closed so far ("" for none)
+    called: list[str] = field(default_factory=list)  # the name of each call object closed so far ("" for none)
 
     def copy(self) -> "CallReader":
         return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
-                          self.value, self.name, self.args_depth, set(self.keys), self.calls, self.outside,
+                          self.value, self.name, self.args_depth, set(self.keys), self.outside,
                           self.text, set(self.written), self.repeated, list(self.called))
+
+    @property
+    def calls(self) -> int:
+        """Call objects closed so far."""
+        return len(self.called)
 
     @property
     def in_arguments(self) -> bool:
@@ -101,7 +105,6 @@ class CallReader:
                 self.args_depth = -1  # closed: the call is written
             self.stack.pop()
             if not self.stack and self.args_depth == -1:
-                self.calls += 1
                 self.called.append(self.name or "")
                 self.outside = ""
                 self.repeated = self.text in self.written

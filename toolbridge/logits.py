@@ -39,7 +39,7 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallG
     if guard is not None:
         guarded = guard.changes(top, closers, enders)
         if steering is not None and (guard.between or guard.repeated):
-            guarded = [*guarded, *steering.after_call(guard.calls, guard.repeated, guard.called)]
+            guarded = [*guarded, *steering.after_call(guard.called, guard.repeated)]
         if guarded:
             changes = [*changes, *guarded]
     return changes, only

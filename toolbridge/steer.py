@@ -142,20 +142,20 @@ class Steering:
                 changes.append((result[n], -math.inf))
         return changes
 
-    def after_call(self, calls: int, repeated: bool = False, called: Sequence[str] = ()) -> list[tuple[int, float]]:
-        """(token, logit change) for a token after an answer's `calls`-th call: anywhere after a
-        call the answer already held (`repeated`), each call start's first token banned, and each
-        token that opens a JSON object or a code fence (the model has started repeating itself and
-        would go on until max_tokens); right after the first
+    def after_call(self, called: Sequence[str], repeated: bool = False) -> list[tuple[int, float]]:
+        """(token, logit change) for a token after an answer's calls (`called`: their names, in
+        order): anywhere after a call the answer already held (`repeated`), each call start's first
+        token banned, and each token that opens a JSON object or a code fence (the model has started
+        repeating itself and would go on until max_tokens); right after the first
         (toolbridge.callguard.CallGuard.between), each favoured by `next`, and by `again` more where
-        a tool the question asked for (`asked`) is not among the calls' names (`called`); after later
-        ones, `enough` where the question asked for two or more tools and each is called, else
-        nothing (the model goes on by itself or stops). A bias against a call holds back every
-        opening, as at the answer's start."""
+        a tool the question asked for (`asked`) is not among `called`; after later ones, `enough`
+        where the question asked for two or more tools and each is called, else nothing (the model
+        goes on by itself or stops). A bias against a call holds back every opening, as at the
+        answer's start."""
         if repeated:
             return [(t, -math.inf) for t in self.openings]
         left = bool(self.asked.difference(called))
-        if calls == 1:
+        if len(called) == 1:
             bias = self.next + (self.again if left else 0.0)
         else:
             bias = self.enough if len(self.asked) > 1 and not left else 0.0
