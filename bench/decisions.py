@@ -70,8 +70,16 @@ class Recorder:
         self.guard = CallGuard(self.firsts)
         self.read = 0
         self.first: float | None = None
-        self.next: tuple[float, float] | None = None  # (next, end) where end is highest
-        self.later: tuple[float, float] | None = None  # the same right after the second call
+        self.after: dict[int, tuple[float, float]] = {}  # by calls written: (next, end) where end is highest
+
+    @property
+    def next(self) -> tuple[float, float] | None:
+        return self.after.get(1)
+
+    @property
+    def later(self) -> tuple[float, float] | None:
+        """The same as `next`, right after the second call."""
+        return self.after.get(2)
 
     def write(self, real):
         def recording(logits, edits, array):
@@ -93,9 +101,9 @@ class Recorder:
             self.first = float(lp[self.starts].max() - others.max())
         elif self.guard.calls in (1, 2) and self.guard.between:
             end = float(np.log(np.exp(lp[self.ends]).sum()))
-            kept = self.next if self.guard.calls == 1 else self.later
+            kept = self.after.get(self.guard.calls)
             if kept is None or end > kept[1]:
-                setattr(self, "next" if self.guard.calls == 1 else "later", (float(lp[self.starts].max()), end))
+                self.after[self.guard.calls] = (float(lp[self.starts].max()), end)
         return logits
 
 

@@ -21,6 +21,7 @@ are split at `_`, `.`, `-` and camelCase humps.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from .tools import Tool
@@ -64,10 +65,7 @@ def unrelated(said: frozenset[str], tools: Iterable[frozenset[str]]) -> bool:
 
 def own_words(tools: Sequence[frozenset[str]]) -> tuple[frozenset[str], ...]:
     """Each tool's words that no other tool of the set has (`tools`: each tool's `tool_words`)."""
-    seen: dict[str, int] = {}
-    for w in tools:
-        for word in w:
-            seen[word] = seen.get(word, 0) + 1
+    seen = Counter(word for w in tools for word in w)
     return tuple(frozenset(word for word in w if seen[word] == 1) for w in tools)
 
 
