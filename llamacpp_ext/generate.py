@@ -19,7 +19,7 @@ import codecs
 import ctypes
 import math
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import llama_cpp
@@ -153,6 +153,14 @@ class Session:
         self.phases = 0
         self.ended = ""
         self.trigger: str | None = None  # the trigger the last phase ended at
+
+    def restart(self, held: Sequence[int]) -> None:
+        """Back to the prompt, to generate the answer anew without steering or a call guard and with
+        the tokens `held` banned at every step."""
+        self.tokens = self.tokens[:self.n_prompt]
+        self.text = ""
+        self.steering = self.guard = None
+        self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, -math.inf)})
 
     @property
     def budget(self) -> int:

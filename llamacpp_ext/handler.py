@@ -172,14 +172,36 @@ class Answer:
         while True:
             # after a call, a model that starts writing the tool's result itself is done calling
             stop = (req.dialect.result_marker,) if called else ()
-            yield from s.phase(triggers=triggers, stop=stop)
+            held: list[str] = []  # the last piece, which may be the trigger of a first call to check
+            for piece in s.phase(triggers=triggers, stop=stop):
+                yield from held
+                held = [piece]
+            checked = s.ended == TRIGGER and req.grounded and not called and not s.text[:-len(s.trigger)].strip()
+            if not checked:
+                yield from held
             if s.ended != TRIGGER:
                 return
             # the call, constrained from the trigger on (unconstrained if no grammar can be built)
-            yield from s.phase(grammar=entry_grammar(s.llama, req.toolset, self.entries[s.trigger], req.choice))
+            call = s.phase(grammar=entry_grammar(s.llama, req.toolset, self.entries[s.trigger], req.choice))
+            if checked:  # held whole until its values are checked (toolbridge.grounding)
+                text = "".join([*held, *call])
+                if s.ended == EOG and any(map(req.invented, req.parse(text).calls)):
+                    yield from self._again()
+                    return
+                yield text
+            else:
+                yield from call
             if s.ended != EOG or not req.parallel:
                 return
             called = True
+
+    def _again(self) -> Iterator[str]:
+        """The answer generated anew from the prompt, every token that may open a call held back at
+        every step: its first call made its values up. What it generated before still counts in usage
+        and against max_tokens."""
+        s = self.session
+        s.restart(s.vocab.steering(self.req).openings)
+        yield from s.phase()
 
     def _event_batches(self) -> Iterator[list[Event]]:
         if self.req.mode == PLAIN:

@@ -20,7 +20,10 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
   next-call bias grows there (toolbridge.relevance.asked_for), and it makes both calls, once each;
 - on a reminder asked of a model with only audio tools (BFCL's live_irrelevance_724-241-0), whose
   words meet none of the tools', it called set_volume; the call bias drops by tb_unrelated_bias
-  there (toolbridge.relevance), and it answers in text, on both engines.
+  there (toolbridge.relevance), and it answers in text, on both engines;
+- on "Transfer some funds for me." with payment tools (BFCL's live_irrelevance_675-216-0), it paid
+  1000 to "user@example.com", values nobody gave; its first call's values are checked against the
+  conversation (toolbridge.grounding), and llama.cpp answers again without a call.
 """
 from __future__ import annotations
 
@@ -237,3 +240,29 @@ def test_without_the_again_bias_the_same_question_gets_one_call():
     with llamacpp_client({"TOOLBRIDGE_AGAIN_BIAS": "0"}) as unpushed:
         _, calls, _ = two_tools_answer(unpushed, False)
         assert [n for n, _ in calls] == ["flipImageAction"], calls
+
+
+# BFCL's live_irrelevance_675-216-0: "Transfer some funds for me." Qwen wrote Payment_1_MakePayment with
+# `"receiver": "user@example.com"` and `"amount": 1000`, neither of them in the conversation
+# (toolbridge.grounding): `python -m llamacpp_ext` generates the answer again with every call opening
+# held back. vLLM's parser sees the answer only once it is generated and cannot ask for another.
+MADE_UP = json.loads((ROOT / "tests" / "data" / "bfcl_live_irrelevance_675-216-0.json").read_text())
+
+
+def made_up_answer(client, stream: bool, **extra) -> tuple[str, list[tuple[str, dict]], str]:
+    return ask(client, MADE_UP["messages"], MADE_UP["tools"], "auto", stream, **extra)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_first_call_with_made_up_values_is_answered_again_in_text(client, stream):
+    content, calls, finish = made_up_answer(client, stream)
+    assert not calls and content.strip() and finish == "stop", (content, calls, finish)
+    for marker in ("<tool_call>", '{"name"', "```"):
+        assert marker not in content, content
+
+
+def test_without_the_check_the_same_question_gets_the_made_up_call():
+    with llamacpp_client({"TOOLBRIDGE_GROUNDED": "false"}) as unchecked:
+        _, calls, _ = made_up_answer(unchecked, False)
+        assert [n for n, _ in calls] == ["Payment_1_MakePayment"] and calls[0][1]["receiver"] not in MADE_UP[
+            "messages"][0]["content"], calls

@@ -23,6 +23,10 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
 - `tb_enough_bias` / TOOLBRIDGE_ENOUGH_BIAS: on every call start after an answer's second or later
   call, once the question asked for two or more tools by such words and each is called; negative
   disfavours another call; 0 turns it off.
+- `tb_grounded` / TOOLBRIDGE_GROUNDED: for `auto`, an answer's first call must take its argument
+  values from the conversation (toolbridge.grounding); where it makes one up, the engine answers
+  again without a call (`python -m llamacpp_ext`; vLLM's parser cannot ask for another answer).
+  `false` (or 0) turns it off.
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
   favoured when the model would go on to an optional argument after every required one
   (toolbridge.callguard); 0 turns it off.
@@ -39,7 +43,7 @@ from typing import Any, Mapping
 from .dialects import Dialect, get_dialect
 
 KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_result_bias", "tb_close_bias",
-        "tb_next_bias", "tb_unrelated_bias", "tb_again_bias", "tb_enough_bias")
+        "tb_next_bias", "tb_unrelated_bias", "tb_again_bias", "tb_enough_bias", "tb_grounded")
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Defaults:
     unrelated_bias: float
     again_bias: float
     enough_bias: float
+    grounded: bool
 
 
 # By whether the model's own chat template renders tools (toolbridge.chat_templates.renders_tools), that
@@ -74,13 +79,16 @@ class Defaults:
 # next-call bias of 7 makes those 6 second calls (3 makes 4) and adds one to 1 of the 57 single-call
 # answers (at 9.9: so does any value from 2.9; from 3.9 on, more). After the second call, with every
 # named tool called, a third call ranked at most 0.75 nats above the end (a repeated flip); -5 holds it
-# back.
+# back. A first call whose argument values appear nowhere in the conversation (toolbridge.grounding): on
+# BFCL's live questions (36 each of simple, multiple and irrelevance, 12 parallel, 24 parallel multiple),
+# 8 of Qwen's 17 false calls on irrelevance questions, none of the calls BFCL counts right, and none of
+# bench/accuracy's 45 calls (judging optional arguments too would have cost 4 of those).
 AGAIN, ENOUGH = 3.5, -5.0
 DEFAULTS: dict[bool, Defaults] = {
     False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0, result_bias=-5.0, next_bias=0.0,
-                    unrelated_bias=0.0, again_bias=0.0, enough_bias=0.0),
+                    unrelated_bias=0.0, again_bias=0.0, enough_bias=0.0, grounded=False),
     True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5, result_bias=0.0, next_bias=7.0,
-                   unrelated_bias=-8.0, again_bias=AGAIN, enough_bias=ENOUGH),
+                   unrelated_bias=-8.0, again_bias=AGAIN, enough_bias=ENOUGH, grounded=True),
 }
 
 
@@ -94,6 +102,7 @@ class Options:
     unrelated_bias: float = 0.0
     again_bias: float = 0.0
     enough_bias: float = 0.0
+    grounded: bool = False  # an auto answer's first call must take its values from the conversation
     example: bool = True  # the prelude shows a call example
     system_role: bool | None = None  # the prelude's tools go in a system turn (None: as the template allows)
     template: str | None = None  # llama.cpp: the stock template's source (None: the model's own)
@@ -114,6 +123,7 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
                    _number(kwargs, env, "tb_unrelated_bias", defaults.unrelated_bias),
                    _number(kwargs, env, "tb_again_bias", defaults.again_bias),
                    _number(kwargs, env, "tb_enough_bias", defaults.enough_bias),
+                   _flag(kwargs, env, "tb_grounded", defaults.grounded),
                    example=kwargs.get("tb_example", True) is not False,
                    system_role=None if system_role is None else bool(system_role),
                    template=kwargs.get("tb_template") or None)
@@ -125,3 +135,17 @@ def _number(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default
         return float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{key} must be a number, not {value!r}") from None
+
+
+def _flag(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: bool) -> bool:
+    value = kwargs.get(key, env.get("TOOLBRIDGE_" + key[3:].upper(), default))
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{key} must be true or false, not {value!r}")

@@ -90,14 +90,18 @@ def _latest(messages: list[Any]) -> int:
 
 def _user_texts(messages: Sequence[Any]) -> Iterable[str]:
     for m in messages or ():
-        if not isinstance(m, Mapping) or m.get("role") != "user":
-            continue
-        content = m.get("content")
-        if isinstance(content, str):
-            yield content
-        elif isinstance(content, list):
-            yield from (p["text"] for p in content
-                        if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str))
+        if isinstance(m, Mapping) and m.get("role") == "user":
+            yield from content_texts(m)
+
+
+def content_texts(message: Mapping[str, Any]) -> Iterable[str]:
+    """The texts of a message's content: a string, or the text parts of a list."""
+    content = message.get("content")
+    if isinstance(content, str):
+        yield content
+    elif isinstance(content, list):
+        yield from (p["text"] for p in content
+                    if isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str))
 
 
 def _schema_texts(schema: Any) -> Iterable[str]:

@@ -19,6 +19,7 @@ and `ToolSet.memo` keeps each engine's artefacts with the set.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass, field
@@ -30,11 +31,12 @@ from .markers import plain_stops
 from .memo import Memo
 from .dialects import Dialect
 from .errors import BadRequest
-from .events import new_call_id
+from .events import ToolCall, new_call_id
 from .grammar import Entry, call_starts, entries
 from .callguard import CallGuard
 from .options import Options, resolve
 from .parse import ParseResult, parse
+from .grounding import conversation_marks, invented
 from .relevance import asked_for, own_words, tool_words, unrelated, user_words
 from .steer import follows_user_turn
 from .stream import StreamParser
@@ -140,6 +142,12 @@ class CheckedRequest:
         once, by whichever check needs them first."""
         return user_words(self.messages)
 
+    @cached_property
+    def seen(self) -> frozenset[str]:
+        """The words and numbers of every turn (toolbridge.grounding): read only where a call's values
+        are checked."""
+        return conversation_marks(self.messages)
+
 
 @dataclass(frozen=True)
 class ToolRequest:
@@ -152,6 +160,25 @@ class ToolRequest:
     steer_bias: float = 0.0  # call_bias (+ unrelated_bias) after a user turn, result_bias after tool results
     tool_trained: bool = False  # the served model's own template renders tools
     asked: frozenset[str] = frozenset()  # the tools the question asks for by name, where the steering reads them
+    # the checked request, where an answer's first call is checked against the conversation
+    grounding: CheckedRequest | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def grounded(self) -> bool:
+        """An `auto` answer's first call must take its values from the conversation."""
+        return self.grounding is not None
+
+    def invented(self, call: ToolCall) -> tuple[str, ...]:
+        """The arguments of `call` whose values the conversation does not hold (toolbridge.grounding);
+        none where the plan does not check them. The conversation is read at the first call checked."""
+        tool = next((t for t in self.tools if t.name == call.name), None)
+        if self.grounding is None or tool is None:
+            return ()
+        try:
+            arguments = json.loads(call.arguments)
+        except ValueError:
+            return ()
+        return invented(arguments, tool.parameters, self.grounding.seen)
 
     @property
     def steer(self) -> bool:
@@ -261,7 +288,7 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
     counts = mode == LAZY and checked.parallel and (options.again_bias or options.enough_bias)
     asked = checked.asked if counts else frozenset()
     return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
-                       steer_bias, tool_trained, asked)
+                       steer_bias, tool_trained, asked, checked if mode == LAZY and options.grounded else None)
 
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,
