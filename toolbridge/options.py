@@ -23,8 +23,8 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
 - `tb_enough_bias` / TOOLBRIDGE_ENOUGH_BIAS: on every call start after an answer's second or later
   call, once the question asked for two or more tools by such words and each is called; negative
   disfavours another call; 0 turns it off.
-- `tb_grounded` / TOOLBRIDGE_GROUNDED: for `auto`, an answer's first call must take its argument
-  values from the conversation (toolbridge.grounding); where it makes one up, the engine answers
+- `tb_grounded` / TOOLBRIDGE_GROUNDED: for `auto`, an answer's first call must take its required
+  argument values from the conversation (toolbridge.grounding); where it makes one up, the engine answers
   again without a call (`python -m llamacpp_ext`; vLLM's parser cannot ask for another answer).
   `false` (or 0) turns it off.
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
