@@ -69,13 +69,12 @@ def invented(arguments: Any, parameters: Mapping[str, Any], seen: frozenset[str]
         spec = spec if isinstance(spec, Mapping) else {}
         if name not in required or _the_tools_own(value, spec):
             continue
-        texts = [marks(v) for v in _leaves(value) if isinstance(v, str) and not _CODE.fullmatch(v)]
-        numbers = [marks(str(v)) for v in _leaves(value) if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if not any(texts) and not any(numbers):
-            continue
-        if any(m & seen for m in texts) or any(m & (seen | _schema_numbers(spec)) for m in numbers):
-            continue
-        out.append(name)
+        leaves = list(_leaves(value))
+        texts = frozenset().union(*(marks(v) for v in leaves if isinstance(v, str) and not _CODE.fullmatch(v)))
+        numbers = frozenset().union(*(marks(str(v)) for v in leaves
+                                      if isinstance(v, (int, float)) and not isinstance(v, bool)))
+        if (texts or numbers) and not (texts & seen or numbers & seen or numbers & _schema_numbers(spec)):
+            out.append(name)
     return tuple(out)
 
 

@@ -129,8 +129,13 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
                    template=kwargs.get("tb_template") or None)
 
 
+def _given(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: Any) -> Any:
+    """An option's value: the template kwarg `key`, else TOOLBRIDGE_<KEY> from the environment, else `default`."""
+    return kwargs.get(key, env.get("TOOLBRIDGE_" + key[3:].upper(), default))
+
+
 def _number(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: float) -> float:
-    value = kwargs.get(key, env.get("TOOLBRIDGE_" + key[3:].upper(), default))
+    value = _given(kwargs, env, key, default)
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -138,7 +143,7 @@ def _number(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default
 
 
 def _flag(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: bool) -> bool:
-    value = kwargs.get(key, env.get("TOOLBRIDGE_" + key[3:].upper(), default))
+    value = _given(kwargs, env, key, default)
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
