@@ -56,6 +56,23 @@ def test_a_value_with_words_or_numbers_none_of_them_said_is_invented(arguments, 
     assert invented(arguments, PAY, conversation_marks(user("Send 25 dollars to Anna, please."))) == expected
 
 
+SEATS = {"type": "object", "required": ["seats"], "properties": {"seats": {"type": "integer"}}}
+
+
+@pytest.mark.parametrize("spec", [
+    {"description": "The number of seats. Must be an integer between 1 and 4."},  # BFCL live_irrelevance_699-228-0
+    {"description": "Seats, from 1 to 4."},
+    {"description": "Seats (1-4)."},
+    {"description": "Seats, up to 4."},
+    {"minimum": 1, "maximum": 4},
+])
+def test_a_schemas_bounds_do_not_ground_a_number(spec):
+    schema = {**SEATS, "properties": {"seats": {"type": "integer", **spec}}}
+    said = conversation_marks(user("Can you order me a luxurious cab to 1270 Linford Lane?"))
+    assert invented({"seats": 4}, schema, said) == ("seats",)
+    assert invented({"seats": 2}, schema, conversation_marks(user("A cab for two, please."))) == ()
+
+
 def test_every_turn_grounds_values_tool_results_and_past_calls_included():
     messages = [*user("Who do I owe money?"),
                 {"role": "assistant", "content": None, "tool_calls": [

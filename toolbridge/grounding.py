@@ -7,7 +7,7 @@ model still calls, and fills the arguments in itself: `{"receiver": "user@exampl
 `{"city": "New York, NY"}` for "I want to find a train." A required argument's value counts as
 invented when it holds a word or a number and none of them is in the conversation (any turn's text,
 past calls' arguments, tool results), nor, for a number, in the tool's description of that argument
-(`1 for Bangkok`). Values equal to the argument's default or one of its enum values are the tool's
+(`1 for Bangkok`; its bounds aside: "between 1 and 4" allows 4, the user did not ask for it). Values equal to the argument's default or one of its enum values are the tool's
 own; a value with no Latin word and no digit (another script) is not judged, nor is a code of two to
 four capitals (`USD` for "US dollars", `JFK`), which a model derives from names rather than copies.
 Optional arguments are not judged: a made-up `"count": 5` costs a call less than losing it does.
@@ -37,6 +37,13 @@ _NUMBER_WORDS.update(thirty="30", forty="40", fifty="50", sixty="60", seventy="7
 _WORDISH = re.compile(r"[a-z]+")
 _CODE = re.compile(r"[A-Z]{2,4}")
 _GROUPED = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")  # thousands separators: 300,000 is 300000
+# A schema's bounds say which values are allowed, not which one the user wants.
+_BOUND_KEYS = frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength",
+                         "minItems", "maxItems", "multipleOf"})
+_NUM = r"-?\d[\d,.]*"
+_RANGES = re.compile(rf"\b(?:between|from)\s+{_NUM}\s+(?:and|to)\s+{_NUM}|{_NUM}\s*(?:-|–|to)\s*{_NUM}"
+                     rf"|\b(?:up to|at least|at most|no more than|no less than|less than|more than|greater than"
+                     rf"|fewer than|maximum(?: of)?|minimum(?: of)?|max|min)\s+{_NUM}", re.IGNORECASE)
 
 
 def marks(text: str) -> frozenset[str]:
@@ -87,8 +94,10 @@ def _the_tools_own(value: Any, spec: Mapping[str, Any]) -> bool:
 
 
 def _schema_numbers(spec: Mapping[str, Any]) -> frozenset[str]:
-    """The numbers an argument's schema text holds (a description that maps codes to names)."""
-    return frozenset(m for m in marks(json.dumps(spec, ensure_ascii=False, default=str)) if m.isdigit())
+    """The numbers an argument's schema text holds (a description that maps codes to names), its
+    bounds aside (`minimum`, "between 1 and 4": a model picking 4 for "a cab" chose a value)."""
+    text = json.dumps({k: v for k, v in spec.items() if k not in _BOUND_KEYS}, ensure_ascii=False, default=str)
+    return frozenset(m for m in marks(_RANGES.sub(" ", text)) if m.isdigit())
 
 
 def _leaves(value: Any) -> Iterable[Any]:
