@@ -23,7 +23,8 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
   there (toolbridge.relevance), and it answers in text, on both engines;
 - on "Transfer some funds for me." with payment tools (BFCL's live_irrelevance_675-216-0), it paid
   1000 to "user@example.com", values nobody gave; its first call's values are checked against the
-  conversation (toolbridge.grounding), and llama.cpp answers again without a call.
+  conversation (toolbridge.grounding), and both engines answer again without a call (vLLM through
+  toolbridge's middleware, which its fixture serves).
 """
 from __future__ import annotations
 
@@ -43,14 +44,16 @@ pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def vllm_client():
     """vLLM's CPU build serving the same model (a Hugging Face copy of the GGUF, bfloat16) with the
-    packaged ChatML template: the steering runs in vLLM's batch logits processor."""
+    packaged ChatML template: the steering runs in vLLM's batch logits processor, and toolbridge's
+    middleware answers again a first call with made-up values."""
     require("vllm")
     import openai
 
     sys.path.insert(0, str(ROOT / "bench"))
     import qwen
 
-    with vllm_server(qwen.hf_copy(), "qwen", ROOT / "templates" / "chatml.jinja", "--enforce-eager") as s:
+    with vllm_server(qwen.hf_copy(), "qwen", ROOT / "templates" / "chatml.jinja", "--enforce-eager",
+                     "--middleware", "vllm_plugin.middleware.RequestCheck") as s:
         yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
@@ -245,7 +248,8 @@ def test_without_the_again_bias_the_same_question_gets_one_call():
 # BFCL's live_irrelevance_675-216-0: "Transfer some funds for me." Qwen wrote Payment_1_MakePayment with
 # `"receiver": "user@example.com"` and `"amount": 1000`, neither of them in the conversation
 # (toolbridge.grounding): `python -m llamacpp_ext` generates the answer again with every call opening
-# held back. vLLM's parser sees the answer only once it is generated and cannot ask for another.
+# held back; on vLLM, toolbridge's middleware drops the answer and asks the route again, where the parser
+# holds the openings back (toolbridge.serving.again).
 MADE_UP = json.loads((ROOT / "tests" / "data" / "bfcl_live_irrelevance_675-216-0.json").read_text())
 
 
@@ -253,12 +257,26 @@ def made_up_answer(client, stream: bool, **extra) -> tuple[str, list[tuple[str, 
     return ask(client, MADE_UP["messages"], MADE_UP["tools"], "auto", stream, **extra)
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_first_call_with_made_up_values_is_answered_again_in_text(client, stream):
-    content, calls, finish = made_up_answer(client, stream)
+def test_a_first_call_with_made_up_values_is_answered_again_in_text(request, engine, stream):
+    content, calls, finish = made_up_answer(on(request, engine), stream)
     assert not calls and content.strip() and finish == "stop", (content, calls, finish)
     for marker in ("<tool_call>", '{"name"', "```"):
         assert marker not in content, content
+
+
+@pytest.mark.vllm
+def test_on_vllm_the_answer_again_streams_under_one_id_and_counts_both_answers_tokens(vllm_client):
+    kw = dict(model="qwen", messages=MADE_UP["messages"], tools=MADE_UP["tools"], temperature=0, max_tokens=256)
+    unchecked = vllm_client.chat.completions.create(
+        **kw, extra_body={"chat_template_kwargs": {"tb_grounded": False}})
+    assert [c.function.name for c in unchecked.choices[0].message.tool_calls] == ["Payment_1_MakePayment"]
+    chunks = list(vllm_client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip() and len({c.id for c in chunks}) == 1
+    # the dropped call's tokens and the text's
+    assert chunks[-1].usage.completion_tokens > unchecked.usage.completion_tokens
 
 
 def test_without_the_check_the_same_question_gets_the_made_up_call():

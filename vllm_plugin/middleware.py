@@ -2,9 +2,21 @@
 Responses and Messages routes, so that the bad bodies vLLM's own request handling fails (a body
 that is not UTF-8 answers a non-OpenAI error; a named tool_choice next to a tool without `function`
 is a 500 in vLLM's request validator) answer 400 in the API's own error shape, as every other bad
-tool request does. The parser works without it; it only changes those answers. `RequestGuard` is
-the name it had before, kept for existing command lines."""
-from toolbridge.serving.asgi import RequestCheck
+tool request does; and, on the chat route, a first call whose values the model made up answered
+again in text (toolbridge.serving.again; `tb_grounded`). The parser works without it; it only
+changes those answers. `RequestGuard` is the name it had before, kept for existing command lines."""
+from typing import Any, Callable
+
+from toolbridge.serving import again
+from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
+
+
+class RequestCheck(_Check):
+    async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> Any:
+        if not scope.get("path", "").endswith(CHAT_PATH):
+            return await super().answer(scope, body, receive, send, data)
+        await again.answer(self.app, scope, body, receive, send, data)
+
 
 RequestGuard = RequestCheck
 

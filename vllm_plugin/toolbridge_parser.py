@@ -25,6 +25,7 @@ from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.markers import TurnCut
 from toolbridge.parse import TextOnly
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
+from toolbridge.serving.again import planned
 from toolbridge.stream import StreamParser
 from toolbridge.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
@@ -80,6 +81,9 @@ class ToolbridgeToolParser(ToolParser):
             return request
         xargs = {k: v for k, v in (getattr(request, "vllm_xargs", None) or {}).items()
                  if not k.startswith("toolbridge_")}  # the logit rules' arguments are ours alone
+        if planned(req):
+            request.vllm_xargs = xargs
+            return _in_text(request, req, self.model_tokenizer)
         if req.steer and self.model_tokenizer is not None:
             xargs.update(hf_vocabulary(self.model_tokenizer).steering(req).to_args())
         guard = req.call_guard()
@@ -157,6 +161,15 @@ class ToolbridgeToolParser(ToolParser):
                 self.prev_tool_call_arr[e.index]["arguments"] = e.call.arguments
         d = delta(events)
         return DeltaMessage.model_validate(d) if d is not None else None
+
+
+def _in_text(request: Any, req: ToolRequest, tokenizer: Any) -> Any:
+    """The answer generated again, its first call's values made up (toolbridge.serving.again):
+    every token that may open a call held back at every step, with no steering and no constraint."""
+    if tokenizer is not None:
+        held = dict.fromkeys((str(t) for t in hf_vocabulary(tokenizer).steering(req).openings), -100.0)
+        request.logit_bias = {**(getattr(request, "logit_bias", None) or {}), **held}
+    return request
 
 
 def _text_only(req: ToolRequest | None) -> TurnCut | TextOnly:

@@ -110,7 +110,11 @@ class RequestCheck:
         if changed:
             body = json.dumps(data).encode("utf-8")
             scope = with_body(scope, body)
-        await self.app(scope, replay(body, receive), self.wrap_send(data, send))
+        await self.answer(scope, body, receive, self.wrap_send(data, send), data)
+
+    async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
+        """The app's answer to a checked request (`body`, read as `data`)."""
+        await self.app(scope, replay(body, receive), send)
 
 
 async def receive_body(receive: Callable) -> bytes:

@@ -1,0 +1,157 @@
+"""An answer generated again in text when its first call made its values up, for vLLM
+(toolbridge.serving.again, in front of the chat route as vllm_plugin.middleware.RequestCheck).
+
+The route here is a scripted ASGI app that plays vLLM's part: it notes the request's plan with the
+attempt, as toolbridge's parser does, and answers with fixed bytes, cut anywhere. vLLM sends each
+server-sent event whole, so the cuts are what a real server cannot be made to produce; the real
+server's answers are checked end to end in test_tool_trained_e2e.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from hypothesis import given, settings, strategies as st
+
+from toolbridge.request import prepare
+from toolbridge.serving import again
+from vllm_plugin.middleware import RequestCheck
+
+PAY = {"type": "function", "function": {"name": "pay", "parameters": {
+    "type": "object", "required": ["receiver", "amount"],
+    "properties": {"receiver": {"type": "string"}, "amount": {"type": "number"}}}}}
+FUNDS = [{"role": "user", "content": "Transfer some funds for me."}]
+ANNA = [{"role": "user", "content": "Send 25 dollars to Anna."}]
+MADE_UP = {"receiver": "user@example.com", "amount": 1000}
+
+
+def chunk(i: str, delta: dict, finish: str | None = None, usage: dict | None = None) -> dict:
+    return {"id": i, "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": usage}
+
+
+def call_delta(arguments: str, name: str | None = None, index: int = 0) -> dict:
+    fn = {"arguments": arguments, **({"name": name} if name else {})}
+    return {"tool_calls": [{"index": index, "type": "function", "function": fn, **({"id": "c"} if name else {})}]}
+
+
+def events(data: list) -> bytes:
+    return b"".join(b"data: " + (json.dumps(d).encode() if d != "[DONE]" else b"[DONE]") + b"\n\n" for d in data)
+
+
+def call_stream(i: str, arguments: dict, text: str = "", more: bool = False) -> bytes:
+    args = json.dumps(arguments)
+    out = [chunk(i, {"role": "assistant", "content": ""})]
+    out += [chunk(i, {"content": text})] if text else []
+    out += [chunk(i, call_delta("", "pay")), chunk(i, call_delta(args[:9])), chunk(i, call_delta(args[9:]))]
+    out += [chunk(i, call_delta("", "pay", 1)), chunk(i, call_delta(json.dumps({"receiver": "Bo", "amount": 1}), index=1))] \
+        if more else []
+    return events(out + [chunk(i, {}, "tool_calls"), {"id": i, "choices": [], "usage": {
+        "prompt_tokens": 10, "completion_tokens": 30, "total_tokens": 40}}, "[DONE]"])
+
+
+TEXT_STREAM = events([chunk("second", {"role": "assistant", "content": ""}), chunk("second", {"content": "Which account?"}),
+                      chunk("second", {}, "stop"), {"id": "second", "choices": [], "usage": {
+                          "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}, "[DONE]"])
+
+
+def whole(i: str, message: dict, completion: int) -> bytes:
+    return json.dumps({"id": i, "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 10, "completion_tokens": completion,
+                                 "total_tokens": 10 + completion}}).encode()
+
+
+def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[dict], list[bool]]:
+    """(what the client got, the `again` of each attempt the route saw) for one request."""
+    seen: list[bool] = []
+
+    async def app(scope, receive, send):
+        request = json.loads((await receive())["body"])
+        seen.append(again.planned(prepare(tools=request["tools"], messages=request["messages"], tool_trained=True)))
+        data = answers[len(seen) - 1]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]})
+        points = sorted({c % (len(data) + 1) for c in cuts})
+        for a, b in zip([0, *points], [*points, len(data)]):
+            await send({"type": "http.response.body", "body": data[a:b], "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    raw = json.dumps(body).encode()
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    asyncio.run(RequestCheck(app)(scope, receive, send))
+    return sent, seen
+
+
+def body_of(sent: list[dict]) -> bytes:
+    assert [m["type"] for m in sent].count("http.response.start") == 1
+    assert sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False} or not sent[-1]["more_body"]
+    return b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+def stream_data(body: bytes) -> list:
+    return [json.loads(e[6:]) if e != b"data: [DONE]" else "[DONE]" for e in body.split(b"\n\n") if e]
+
+
+def request(messages: list, stream: bool) -> dict:
+    return {"model": "m", "messages": messages, "tools": [PAY], "stream": stream}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=5000), max_size=12))
+def test_a_streamed_made_up_call_is_dropped_and_the_text_answer_sent_under_its_id(cuts):
+    sent, seen = serve(request(FUNDS, True), [call_stream("first", MADE_UP), TEXT_STREAM], cuts)
+    assert seen == [False, True]
+    got = stream_data(body_of(sent))
+    assert got[-1] == "[DONE]" and {d["id"] for d in got[:-1]} == {"first"}
+    assert "".join(d["choices"][0]["delta"].get("content") or "" for d in got[:-1] if d["choices"]) == "Which account?"
+    assert not any(d["choices"] and d["choices"][0]["delta"].get("tool_calls") for d in got[:-1])
+    assert got[-2]["usage"] == {"prompt_tokens": 10, "completion_tokens": 34, "total_tokens": 44}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=5000), max_size=12), st.sampled_from(["", "Paying."]),
+       st.booleans())
+def test_a_stream_whose_first_call_holds_said_values_or_follows_text_passes_unchanged(cuts, text, more):
+    grounded = {"receiver": "Anna", "amount": 25}
+    for messages, arguments in ((ANNA, grounded), (FUNDS, MADE_UP if text else None)):
+        if arguments is None:
+            continue
+        answer = call_stream("first", arguments, text, more)
+        sent, seen = serve(request(messages, True), [answer, TEXT_STREAM], cuts)
+        assert seen == [False] and body_of(sent) == answer
+
+
+def test_a_whole_made_up_answer_is_answered_again_with_both_answers_tokens_counted():
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "pay", "arguments": json.dumps(MADE_UP)}}]}
+    text = {"role": "assistant", "content": "Which account?"}
+    sent, seen = serve(request(FUNDS, False), [whole("first", call, 30), whole("second", text, 4)])
+    assert seen == [False, True]
+    got = json.loads(body_of(sent))
+    assert got["choices"][0]["message"] == text
+    assert got["usage"] == {"prompt_tokens": 10, "completion_tokens": 34, "total_tokens": 44}
+    assert dict(sent[0]["headers"])[b"content-length"] == str(len(body_of(sent))).encode()
+
+
+def test_a_whole_answer_with_said_values_passes_unchanged():
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "pay", "arguments": '{"receiver": "Anna", "amount": 25}'}}]}
+    answer = whole("first", call, 30)
+    sent, seen = serve(request(ANNA, False), [answer])
+    assert seen == [False] and body_of(sent) == answer
+
+
+def test_the_option_off_or_several_choices_pass_the_made_up_call():
+    answer = call_stream("first", MADE_UP)
+    off = {**request(FUNDS, True), "chat_template_kwargs": {"tb_grounded": False}}
+    assert body_of(serve({**request(FUNDS, True), "n": 2}, [answer])[0]) == answer
+    # the scripted route plans without the request's options; the plan's own check is tested in test_grounding
+    assert again.made_up(prepare(tools=[PAY], messages=FUNDS, tool_trained=True,
+                                 template_kwargs=off["chat_template_kwargs"]), None, "pay", json.dumps(MADE_UP)) is False

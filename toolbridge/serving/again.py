@@ -1,0 +1,289 @@
+"""An answer generated again in text, for a server whose tool parser sees the answer only once it is
+written (vLLM): the ASGI side of toolbridge.grounding's check.
+
+python -m llamacpp_ext checks a first call as it generates and goes back to the prompt itself. vLLM's
+parser cannot ask the engine for another answer, and its logits processor cannot take back tokens, so
+the check runs in front of the route: `answer` opens an `Attempt` for the request (a context variable
+the request's handling inherits, so the parser's plan lands in it: `planned`), reads the answer as it
+goes out, and when its first call opens the answer with made-up values, drops that answer and asks
+the route again with `again` set, where the adapter holds back every call opening at every step.
+
+What the client sees is the second answer under the first one's id. A stream holds back only the first
+call, until it is complete; the text before and the calls after it pass as they come. The discarded
+answer's tokens count in `usage` (as in python -m llamacpp_ext), not against max_tokens (a second
+request, to the engine). One choice (`n` 1) only: several answers to one request are passed as they are.
+"""
+from __future__ import annotations
+
+import json
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..events import ToolCall
+from ..request import ToolRequest
+from .asgi import replay
+
+
+@dataclass
+class Attempt:
+    """One request's answer: its plan once the parser made it, and whether this is the second."""
+    again: bool = False
+    plan: ToolRequest | None = None
+
+
+_ATTEMPT: ContextVar[Attempt | None] = ContextVar("toolbridge_attempt", default=None)
+
+
+def current() -> Attempt | None:
+    """The attempt the request being handled belongs to (None outside `answer`)."""
+    return _ATTEMPT.get()
+
+
+def planned(req: ToolRequest) -> bool:
+    """Note the request's plan with its attempt; True when this answer is the second one, whose
+    call openings the adapter must hold back."""
+    attempt = _ATTEMPT.get()
+    if attempt is None:
+        return False
+    if attempt.plan is None:
+        attempt.plan = req
+    return attempt.again
+
+
+def made_up(plan: ToolRequest | None, content: str | None, name: str, arguments: str) -> bool:
+    """An answer that opens with this call (no text before it) made its values up."""
+    if plan is None or not plan.grounded or (content or "").strip():
+        return False
+    return bool(plan.invented(ToolCall("", name, arguments)))
+
+
+async def answer(app: Callable, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
+    """The route's answer to a chat request (`data`, its `body`), generated again when its first
+    call made its values up."""
+    if not data.get("tools") or data.get("n") not in (None, 1):
+        await app(scope, replay(body, receive), send)
+        return
+    first = Attempt()
+    token = _ATTEMPT.set(first)
+    try:
+        out = _Stream(send, first) if data.get("stream") else _Whole(send, first)
+        await app(scope, replay(body, receive), out.send)
+        if not await out.dropped():
+            return
+        _ATTEMPT.set(Attempt(again=True))
+        await app(scope, replay(body, receive), out.second_send())
+    finally:
+        _ATTEMPT.reset(token)
+
+
+def _first_call(calls: Any) -> tuple[str, str] | None:
+    call = calls[0] if isinstance(calls, list) and calls and isinstance(calls[0], dict) else None
+    function = call.get("function") if call else None
+    if not isinstance(function, dict):
+        return None
+    return str(function.get("name") or ""), str(function.get("arguments") or "")
+
+
+def _add_usage(usage: Any, tokens: int) -> None:
+    if isinstance(usage, dict) and tokens:
+        for key in ("completion_tokens", "total_tokens"):
+            if isinstance(usage.get(key), int):
+                usage[key] += tokens
+
+
+class _Whole:
+    """A whole (non-streamed) answer: held until it is read."""
+
+    def __init__(self, send: Callable, attempt: Attempt):
+        self._send, self._attempt = send, attempt
+        self._start: dict | None = None
+        self._chunks: list[bytes] = []
+        self._spent = 0
+
+    async def send(self, message: dict) -> None:
+        if message["type"] == "http.response.start":
+            self._start = message
+        elif message["type"] == "http.response.body":
+            self._chunks.append(message.get("body", b""))
+        else:
+            await self._send(message)
+
+    async def dropped(self) -> bool:
+        """True when the answer made its values up (nothing sent); else it is sent as it was."""
+        body = b"".join(self._chunks)
+        data = _json(body) if self._start is not None and self._start.get("status") == 200 else None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        message = choices[0].get("message") if isinstance(choices, list) and len(choices) == 1 \
+            and isinstance(choices[0], dict) else None
+        call = _first_call(message.get("tool_calls")) if isinstance(message, dict) else None
+        if call is not None and made_up(self._attempt.plan, message.get("content"), *call):
+            usage = data.get("usage")
+            self._spent = usage.get("completion_tokens", 0) if isinstance(usage, dict) else 0
+            return True
+        await self._flush(self._start, body)
+        return False
+
+    def second_send(self) -> Callable:
+        self._start, self._chunks = None, []
+
+        async def send(message: dict) -> None:
+            await self.send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                body = b"".join(self._chunks)
+                data = _json(body)
+                if isinstance(data, dict):
+                    _add_usage(data.get("usage"), self._spent)
+                    body = json.dumps(data, ensure_ascii=False).encode("utf-8")
+                await self._flush(self._start, body)
+
+        return send
+
+    async def _flush(self, start: dict | None, body: bytes) -> None:
+        if start is None:
+            return
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        await self._send({**start, "headers": headers + [(b"content-length", str(len(body)).encode())]})
+        await self._send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class _Stream:
+    """A streamed answer (server-sent events): passed on as it comes, except its first call when it
+    opens the answer, held until complete and checked."""
+
+    PASS, HOLD, DROP = "pass", "hold", "drop"
+
+    def __init__(self, send: Callable, attempt: Attempt):
+        self._send, self._attempt = send, attempt
+        self._state = self.PASS
+        self._decided = False
+        self._text = ""  # content before the first call
+        self._name, self._arguments = "", ""
+        self._held: list[bytes] = []
+        self._pending = b""
+        self._id: str | None = None
+        self._spent = 0
+
+    async def send(self, message: dict) -> None:
+        if message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        self._pending += message.get("body", b"")
+        *events, self._pending = self._pending.split(b"\n\n")
+        for event in events:
+            await self._event(event + b"\n\n")
+        if not message.get("more_body"):
+            if self._pending:
+                await self._event(self._pending)
+                self._pending = b""
+            if self._state == self.HOLD:
+                await self._decide()
+            if self._state != self.DROP:
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _event(self, event: bytes) -> None:
+        data = _sse_data(event)
+        if isinstance(data, dict):
+            self._id = self._id or data.get("id")
+            usage = data.get("usage")
+            if self._state == self.DROP and isinstance(usage, dict):
+                self._spent = max(self._spent, usage.get("completion_tokens") or 0)
+        if self._state == self.DROP:
+            return
+        if not self._decided:
+            await self._read(data)
+        if self._state == self.DROP:
+            return
+        if self._state == self.HOLD:
+            self._held.append(event)
+            return
+        await self._send({"type": "http.response.body", "body": event, "more_body": True})
+
+    async def _read(self, data: Any) -> None:
+        """Follow the answer up to its first call's end."""
+        choices = data.get("choices") if isinstance(data, dict) else None
+        choice = choices[0] if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict) \
+            else None
+        if data == "[DONE]" or (isinstance(data, dict) and not choices):
+            if self._state == self.HOLD:
+                await self._decide()
+            return
+        if choice is None:
+            return
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        for call in delta.get("tool_calls") or ():
+            index = call.get("index", 0) if isinstance(call, dict) else 0
+            if index != 0:
+                if self._state == self.HOLD:
+                    await self._decide()
+                return
+            if self._state == self.PASS:
+                if self._text.strip():
+                    self._decided = True
+                    return
+                self._state = self.HOLD
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            self._name += function.get("name") or ""
+            self._arguments += function.get("arguments") or ""
+        if self._state == self.PASS:
+            self._text += delta.get("content") or ""
+        if choice.get("finish_reason") and self._state == self.HOLD:
+            await self._decide()
+
+    async def _decide(self) -> None:
+        self._decided = True
+        if made_up(self._attempt.plan, self._text, self._name, self._arguments):
+            self._state, self._held = self.DROP, []
+            return
+        self._state, held, self._held = self.PASS, self._held, []
+        for event in held:
+            await self._send({"type": "http.response.body", "body": event, "more_body": True})
+
+    async def dropped(self) -> bool:
+        return self._state == self.DROP
+
+    def second_send(self) -> Callable:
+        """The second answer's send: no second response start; its events under the first's id,
+        its usage with the dropped answer's tokens added."""
+        pending = b""
+
+        async def send(message: dict) -> None:
+            nonlocal pending
+            if message["type"] != "http.response.body":
+                return
+            pending += message.get("body", b"")
+            *events, pending = pending.split(b"\n\n")
+            if not message.get("more_body") and pending:
+                events, pending = [*events, pending], b""
+            for event in events:
+                await self._send({"type": "http.response.body", "body": self._rewrite(event) + b"\n\n",
+                                  "more_body": True})
+            if not message.get("more_body"):
+                await self._send({"type": "http.response.body", "body": b"", "more_body": False})
+
+        return send
+
+    def _rewrite(self, event: bytes) -> bytes:
+        data = _sse_data(event + b"\n\n")
+        if not isinstance(data, dict):
+            return event
+        if self._id:
+            data["id"] = self._id
+        _add_usage(data.get("usage"), self._spent)
+        return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8")
+
+
+def _sse_data(event: bytes) -> Any:
+    """An event's data: its JSON, "[DONE]", or None."""
+    lines = [line[5:].strip() for line in event.decode("utf-8", "replace").splitlines() if line.startswith("data:")]
+    text = "\n".join(lines)
+    if not text:
+        return None
+    return "[DONE]" if text == "[DONE]" else _json(text)
+
+
+def _json(text: bytes | str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
