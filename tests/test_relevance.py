@@ -21,9 +21,19 @@ def user(text):
 
 
 def test_words_are_latin_content_words_cut_to_five_letters():
-    assert words("getCurrentWeather for the MOVIES") == {"get", "curre", "weath", "movie"}  # for, the: function words
+    assert words("getCurrentWeather for the MOVIES") == {"curre", "weath", "movie"}  # get, for, the: function words
     assert words("a to 42 _ 北京的天气") == frozenset()
     assert words("multiplication") == words("multiply")
+
+
+def test_a_verb_that_asks_without_saying_what_relates_nothing():
+    """BFCL live_irrelevance_36-2-24: the question and the weather tool share only "retrieve"."""
+    weather = normalize_tools([{"type": "function", "function": {
+        "name": "get_current_weather", "description": "Retrieves the current weather conditions for a specified city.",
+        "parameters": {"type": "object", "properties": {"location": {"type": "string"}}}}}])[0]
+    said = words("I'm looking to retrieve the IDs of files that communicate with domain 'example.net'.")
+    assert unrelated(said, [tool_words(weather)])
+    assert not unrelated(words("Retrieve the weather in Paris"), [tool_words(weather)])
 
 
 def test_a_tools_words_come_from_its_name_description_arguments_and_enums_at_any_depth():
