@@ -28,7 +28,7 @@ from llama_cpp import LlamaGrammar
 
 from toolbridge.callguard import CallGuard
 from toolbridge.logits import token_changes, write
-from toolbridge.steer import Steering
+from toolbridge.steer import BAN, Steering
 from toolbridge.vocab import Vocabulary
 
 from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
@@ -98,6 +98,8 @@ class Sampler:
         token = self._pick(logits, grammar_first=False)
         if self.grammar is not None and not self._allowed(token, logits):
             token = self._pick(logits, grammar_first=True)
+            if not self._allowed(token, logits):  # the rules left the grammar nothing
+                token = self._grammar_top(last_logits(self.llama))
         llama_cpp.llama_sampler_accept(self.chain.sampler, token)
         if self.grammar is not None:
             llama_cpp.llama_sampler_accept(self.grammar.ptr, token)
@@ -117,6 +119,17 @@ class Sampler:
             llama_cpp.llama_sampler_apply(self.grammar.ptr, ctypes.byref(arr))
         llama_cpp.llama_sampler_apply(self.chain.sampler, ctypes.byref(arr))
         return int(arr.data[arr.selected].id)
+
+    def _grammar_top(self, logits: np.ndarray) -> int:
+        """The model's top token among those the grammar allows, no other rule applied: where the
+        rules (steering, the call guard, logit_bias) forbid every token the grammar allows, the
+        grammar wins, since accepting a token it rejects aborts llama.cpp."""
+        buf = self.buf
+        buf["id"] = self.ids
+        buf["logit"] = logits
+        arr = llama_cpp.llama_token_data_array(buf.ctypes.data_as(llama_cpp.llama_token_data_p), len(buf), -1, False)
+        llama_cpp.llama_sampler_apply(self.grammar.ptr, ctypes.byref(arr))
+        return int(buf["id"][int(np.argmax(buf["logit"]))])
 
     def _allowed(self, token: int, logits: np.ndarray) -> bool:
         """Whether the grammar lets `token` through next (it sets a rejected logit to -inf)."""
@@ -160,7 +173,7 @@ class Session:
         self.tokens = self.tokens[:self.n_prompt]
         self.text = ""
         self.steering = self.guard = None
-        self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, -math.inf)})
+        self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, BAN)})
 
     @property
     def budget(self) -> int:

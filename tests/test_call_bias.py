@@ -20,7 +20,7 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 from toolbridge.dialects import get_dialect  # noqa: E402
 from toolbridge.grammar import call_starts  # noqa: E402
 from toolbridge.callguard import CallGuard, closers, enders  # noqa: E402
-from toolbridge.steer import Steering  # noqa: E402
+from toolbridge.steer import BAN, Steering  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
 from bench.logits_cost import reference_step  # noqa: E402  (the old processor's rule, kept there verbatim)
 
@@ -346,7 +346,7 @@ def test_after_a_repeated_call_nothing_may_open_another():
     def banned():
         logits = torch.zeros(1, len(PIECES))
         p.apply(logits)
-        return {t for t in range(len(PIECES)) if logits[0, t] == -math.inf}
+        return {t for t in range(len(PIECES)) if logits[0, t] == BAN}
 
     p.apply(torch.zeros(1, len(PIECES)))
     call = '<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>\n'

@@ -390,3 +390,37 @@ def test_corpus_calls_sampled_under_the_grammar_validate():
     print(f"\ncorpus: {done} calls validated, {len(cut)} cut off by max_tokens: {cut}")
     assert not invalid, invalid
     assert len(cut) <= len(CORPUS) // 10, cut
+
+
+# A grammar that allows only tokens a rule forbids: Qwen2.5-Coder-0.5B, its call openings banned after a
+# repeated call, started another call with `={"` (a token no ban covers); the lazy grammar took the call
+# and then allowed only `{` tokens at its arguments, every one of them at -inf, and llama.cpp's grammar
+# aborted the server process on the token sampled anyway. Run in a child process: a regression aborts it.
+BANNED_UNDER_GRAMMAR = r'''
+import sys
+import llama_cpp
+from llama_cpp import LlamaGrammar
+from llamacpp_ext.__main__ import default_model
+from llamacpp_ext.generate import Sampling, Session
+llama = llama_cpp.Llama(default_model(), n_ctx=256, n_threads=2, verbose=False)
+ban = float(sys.argv[1])
+braces = {t: ban for t in range(llama.n_vocab()) if "{" in llama.detokenize([t]).decode("utf-8", "replace")}
+session = Session(llama, "Say hello.", llama.tokenize(b"Say hello."), Sampling(temp=0, logit_bias=braces), seed=0,
+                  max_tokens=16, stop=[])
+print("".join(session.phase(grammar=LlamaGrammar.from_string('root ::= "{\\"a\\": 1}"', verbose=False))))
+'''
+
+
+@pytest.mark.parametrize("ban", ["BAN", "-inf"])
+def test_where_the_rules_forbid_every_token_the_grammar_allows_the_grammar_wins(ban):
+    """toolbridge's bans are finite (toolbridge.steer.BAN), so the grammar's choice stands; a ban of
+    -inf (a request's logit_bias) leaves the grammar nothing, and the sampler takes the grammar's top
+    token instead of one the grammar rejects."""
+    import subprocess
+    import sys
+
+    from toolbridge.steer import BAN
+    value = str(BAN) if ban == "BAN" else ban
+    r = subprocess.run([sys.executable, "-c", BANNED_UNDER_GRAMMAR, value], capture_output=True, text=True, timeout=300,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode == 0 and r.stdout.strip() == '{"a": 1}', (r.returncode, r.stdout[-500:], r.stderr[-2000:])

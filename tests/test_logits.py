@@ -11,7 +11,7 @@ from toolbridge.grammar import call_starts
 from toolbridge.logits import start_marks, token_changes
 from toolbridge.callguard import MAX_UNIT, MIN_COPIES, MIN_RUN, CallGuard, loops
 from toolbridge.callreader import CallReader
-from toolbridge.steer import Steering
+from toolbridge.steer import BAN, Steering
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
 STARTS = call_starts(get_dialect("tags"))
@@ -100,7 +100,7 @@ def test_token_changes_is_steering_then_guard():
     far = ENCODE("x" * s.horizon)
     assert token_changes(s, far, None, str, (), ()) == ([], None)
     result = ENCODE("<tool_")
-    assert token_changes(s, result, None, str, (), ()) == ([(ord("r"), -math.inf)], None)
+    assert token_changes(s, result, None, str, (), ()) == ([(ord("r"), BAN)], None)
 
 
 def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
@@ -146,7 +146,7 @@ def test_after_a_call_the_answer_already_held_no_call_may_start():
     assert g.between and g.repeated and g.calls == 3
     banned = token_changes(s, ENCODE("x" * 40), g, str, (), ())
     assert banned == (s.after_call(["f", "f", "f"], repeated=True), None)
-    assert {t for t, v in banned[0] if v == -math.inf} == {*s.starts, ord("{"), ord("`")}
+    assert {t for t, v in banned[0] if v == BAN} == {*s.starts, ord("{"), ord("`")}
     g.feed("\n```json\n")  # a fence's opening: no longer right after the call, and still nothing may open
     assert not g.between and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == banned
 

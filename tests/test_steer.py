@@ -3,7 +3,7 @@ import math
 from dataclasses import replace
 
 from toolbridge.dialects import get_dialect
-from toolbridge.steer import Steering, follows_user_turn
+from toolbridge.steer import BAN, Steering, follows_user_turn
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
 
@@ -20,7 +20,7 @@ def test_steering_favours_the_call_and_cuts_a_result_where_the_markers_part():
     s = Steering((44, 19324, 79, 4350, 46), (44, 19324, 79, 7639, 46), 5.0)  # <tool_call>, <tool_response>
     assert s.changes([]) == [(44, 5.0)]
     assert s.changes([44, 19324]) == []  # still on the call's path
-    assert s.changes([44, 19324, 79]) == [(7639, -math.inf)]  # "<tool_" -> not "response"
+    assert s.changes([44, 19324, 79]) == [(7639, BAN)]  # "<tool_" -> not "response"
     assert s.changes([9, 44]) == []  # later in the answer: free
     assert Steering((44, 19324), (), 5.0).changes([44]) == []
     assert s.changes([44, 19324, 79, 7639, 46, 1]) == []  # past the horizon
@@ -73,7 +73,7 @@ def test_the_next_call_bias_travels_and_keeps_steering_on_without_a_start_bias()
     assert Steering.from_args(s.to_args()) == s and s.changes([]) == []  # nothing at the start
     assert s.after_call(["f"]) == [(t, 7.0) for t in s.starts] and s.after_call(["f", "f"]) == []
     assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(["f"]) == []
-    banned = [(t, -math.inf) for t in (*s.starts, ord("`"))]  # `{` is a call start's first token here
+    banned = [(t, BAN) for t in (*s.starts, ord("`"))]  # `{` is a call start's first token here
     assert s.after_call(["f"], repeated=True) == s.after_call(["f", "g", "f"], repeated=True) == banned
 
 

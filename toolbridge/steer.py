@@ -36,7 +36,6 @@ it as per-request arguments (`to_args` / `from_args`).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -46,6 +45,12 @@ from .grammar import call_starts
 ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES, ARG_NEXT, ARG_OPENS, ARG_AGAIN = (
     "toolbridge_bias", "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_start_ids", "toolbridge_name_ids",
     "toolbridge_next_bias", "toolbridge_open_ids", "toolbridge_again")
+# A banned token's logit change: far below any logit, yet finite, so that where a grammar allows only
+# banned tokens the grammar's choice still stands. Qwen2.5-Coder-0.5B, its call starts banned after a
+# repeated call, started another with `={"` (a token no ban covers); the lazy grammar took the call, and
+# at its arguments' `{` every token was -inf: llama.cpp's grammar then aborts the server process (vLLM
+# ends the request with an error).
+BAN = -1e4
 # Texts whose first token opens a JSON object or a code fence another way than a call start does
 # (`{` then a newline: a pretty-printed call the parser reads as well).
 _OPENERS = ("{", "{\n", "{\n\n", "```", "```json", "```\n")
@@ -139,7 +144,7 @@ class Steering:
         if n < len(result) and tuple(output) == result[:n]:
             on_call_path = n < len(call) and tuple(output) == call[:n] and call[n] == result[n]
             if not on_call_path:
-                changes.append((result[n], -math.inf))
+                changes.append((result[n], BAN))
         return changes
 
     def after_call(self, called: Sequence[str], repeated: bool = False) -> list[tuple[int, float]]:
@@ -153,7 +158,7 @@ class Steering:
         goes on by itself or stops). A bias against a call holds back every opening, as at the
         answer's start."""
         if repeated:
-            return [(t, -math.inf) for t in self.openings]
+            return [(t, BAN) for t in self.openings]
         left = bool(self.asked.difference(called))
         if len(called) == 1:
             bias = self.next + (self.again if left else 0.0)
