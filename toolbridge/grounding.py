@@ -7,9 +7,10 @@ model still calls, and fills the arguments in itself: `{"receiver": "user@exampl
 `{"city": "New York, NY"}` for "I want to find a train." A required argument's value counts as
 invented when it holds a word or a number and none of them is in the conversation (any turn's text,
 past calls' arguments, tool results), nor, for a number, in the tool's description of that argument
-(`1 for Bangkok`; its bounds aside: "between 1 and 4" allows 4, the user did not ask for it). Values equal to the argument's default or one of its enum values are the tool's
-own; a value with no Latin word and no digit (another script) is not judged, nor is a code of two to
-four capitals (`USD` for "US dollars", `JFK`), which a model derives from names rather than copies.
+(`1 for Bangkok`; its bounds aside: "between 1 and 4" allows 4, the user did not ask for it). Values
+equal to the argument's default or one of its enum values are the tool's own; a value with no Latin
+word and no digit (another script) is not judged, nor is a code of two to four capitals (`USD` for
+"US dollars", `JFK`), which a model derives from names rather than copies.
 Optional arguments are not judged: a made-up `"count": 5` costs a call less than losing it does.
 
 On BFCL's live categories (Qwen2.5-Coder-0.5B answers, 36 questions each of live simple, live
@@ -17,7 +18,8 @@ multiple and live irrelevance, 12 of live parallel and 24 of live parallel multi
 false calls on live irrelevance questions are invented by this rule, and none of the calls BFCL
 counts right; of bench/accuracy's 45 `auto` answers with calls, none. What an engine does with one
 is the adapter's: `python -m llamacpp_ext` generates the answer again with every call opening held
-back (llamacpp_ext/handler.py); vLLM's parser cannot ask for another answer.
+back (llamacpp_ext/handler.py); on vLLM, whose parser cannot ask for another answer, toolbridge's
+middleware drops the answer and asks the route again (toolbridge.serving.again).
 """
 from __future__ import annotations
 

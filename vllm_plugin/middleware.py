@@ -5,17 +5,18 @@ is a 500 in vLLM's request validator) answer 400 in the API's own error shape, a
 tool request does; and, on the chat route, a first call whose values the model made up answered
 again in text (toolbridge.serving.again; `tb_grounded`). The parser works without it; it only
 changes those answers. `RequestGuard` is the name it had before, kept for existing command lines."""
-from typing import Any, Callable
+from typing import Callable
 
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
 
 
 class RequestCheck(_Check):
-    async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> Any:
-        if not scope.get("path", "").endswith(CHAT_PATH):
-            return await super().answer(scope, body, receive, send, data)
-        await again.answer(self.app, scope, body, receive, send, data)
+    async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
+        if scope.get("path", "").endswith(CHAT_PATH):
+            await again.answer(self.app, scope, body, receive, send, data)
+        else:
+            await super().answer(scope, body, receive, send, data)
 
 
 RequestGuard = RequestCheck
