@@ -105,8 +105,8 @@ class Sampler:
             llama_cpp.llama_sampler_accept(self.grammar.ptr, token)
         return token
 
-    def _pick(self, logits: np.ndarray, grammar_first: bool) -> int:
-        """Apply the chain (after the grammar, if asked) to every candidate; the chosen token."""
+    def _candidates(self, logits: np.ndarray) -> Any:
+        """Every token with its logit, as llama.cpp's samplers take them (in one buffer, reused)."""
         if self.buf is None:
             self.buf = np.zeros(len(logits), dtype=_TOKEN_DATA)
             self.ids = np.arange(len(logits), dtype=np.intc)
@@ -114,7 +114,11 @@ class Sampler:
         buf["id"] = self.ids
         buf["logit"] = logits
         buf["p"] = 0.0
-        arr = llama_cpp.llama_token_data_array(buf.ctypes.data_as(llama_cpp.llama_token_data_p), len(buf), -1, False)
+        return llama_cpp.llama_token_data_array(buf.ctypes.data_as(llama_cpp.llama_token_data_p), len(buf), -1, False)
+
+    def _pick(self, logits: np.ndarray, grammar_first: bool) -> int:
+        """Apply the chain (after the grammar, if asked) to every candidate; the chosen token."""
+        arr = self._candidates(logits)
         if grammar_first:
             llama_cpp.llama_sampler_apply(self.grammar.ptr, ctypes.byref(arr))
         llama_cpp.llama_sampler_apply(self.chain.sampler, ctypes.byref(arr))
@@ -124,12 +128,9 @@ class Sampler:
         """The model's top token among those the grammar allows, no other rule applied: where the
         rules (steering, the call guard, logit_bias) forbid every token the grammar allows, the
         grammar wins, since accepting a token it rejects aborts llama.cpp."""
-        buf = self.buf
-        buf["id"] = self.ids
-        buf["logit"] = logits
-        arr = llama_cpp.llama_token_data_array(buf.ctypes.data_as(llama_cpp.llama_token_data_p), len(buf), -1, False)
+        arr = self._candidates(logits)
         llama_cpp.llama_sampler_apply(self.grammar.ptr, ctypes.byref(arr))
-        return int(buf["id"][int(np.argmax(buf["logit"]))])
+        return int(self.buf["id"][int(np.argmax(self.buf["logit"]))])
 
     def _allowed(self, token: int, logits: np.ndarray) -> bool:
         """Whether the grammar lets `token` through next (it sets a rejected logit to -inf)."""

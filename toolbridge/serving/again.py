@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..events import ToolCall
@@ -33,11 +33,6 @@ class Attempt:
 
 
 _ATTEMPT: ContextVar[Attempt | None] = ContextVar("toolbridge_attempt", default=None)
-
-
-def current() -> Attempt | None:
-    """The attempt the request being handled belongs to (None outside `answer`)."""
-    return _ATTEMPT.get()
 
 
 def planned(req: ToolRequest) -> bool:
@@ -77,6 +72,22 @@ async def answer(app: Callable, scope: dict, body: bytes, receive: Callable, sen
         _ATTEMPT.reset(token)
 
 
+def _only_choice(data: Any) -> dict | None:
+    """The response's or chunk's choice, where it has exactly one."""
+    choices = data.get("choices") if isinstance(data, dict) else None
+    return choices[0] if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict) else None
+
+
+def _events(pending: bytes, message: dict) -> tuple[list[bytes], bytes]:
+    """The complete server-sent events (separator kept) of what has come so far with this body
+    message, and what is left of an event still coming; at the body's end, that rest is an event."""
+    *events, rest = (pending + message.get("body", b"")).split(b"\n\n")
+    events = [e + b"\n\n" for e in events]
+    if not message.get("more_body") and rest:
+        events, rest = [*events, rest], b""
+    return events, rest
+
+
 def _first_call(calls: Any) -> tuple[str, str] | None:
     call = calls[0] if isinstance(calls, list) and calls and isinstance(calls[0], dict) else None
     function = call.get("function") if call else None
@@ -113,9 +124,8 @@ class _Whole:
         """True when the answer made its values up (nothing sent); else it is sent as it was."""
         body = b"".join(self._chunks)
         data = _json(body) if self._start is not None and self._start.get("status") == 200 else None
-        choices = data.get("choices") if isinstance(data, dict) else None
-        message = choices[0].get("message") if isinstance(choices, list) and len(choices) == 1 \
-            and isinstance(choices[0], dict) else None
+        choice = _only_choice(data)
+        message = choice.get("message") if choice is not None else None
         call = _first_call(message.get("tool_calls")) if isinstance(message, dict) else None
         if call is not None and made_up(self._attempt.plan, message.get("content"), *call):
             usage = data.get("usage")
@@ -168,14 +178,10 @@ class _Stream:
         if message["type"] != "http.response.body":
             await self._send(message)
             return
-        self._pending += message.get("body", b"")
-        *events, self._pending = self._pending.split(b"\n\n")
+        events, self._pending = _events(self._pending, message)
         for event in events:
-            await self._event(event + b"\n\n")
+            await self._event(event)
         if not message.get("more_body"):
-            if self._pending:
-                await self._event(self._pending)
-                self._pending = b""
             if self._state == self.HOLD:
                 await self._decide()
             if self._state != self.DROP:
@@ -201,10 +207,8 @@ class _Stream:
 
     async def _read(self, data: Any) -> None:
         """Follow the answer up to its first call's end."""
-        choices = data.get("choices") if isinstance(data, dict) else None
-        choice = choices[0] if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict) \
-            else None
-        if data == "[DONE]" or (isinstance(data, dict) and not choices):
+        choice = _only_choice(data)
+        if data == "[DONE]" or (isinstance(data, dict) and not data.get("choices")):
             if self._state == self.HOLD:
                 await self._decide()
             return
@@ -251,26 +255,23 @@ class _Stream:
             nonlocal pending
             if message["type"] != "http.response.body":
                 return
-            pending += message.get("body", b"")
-            *events, pending = pending.split(b"\n\n")
-            if not message.get("more_body") and pending:
-                events, pending = [*events, pending], b""
+            events, pending = _events(pending, message)
             for event in events:
-                await self._send({"type": "http.response.body", "body": self._rewrite(event) + b"\n\n",
-                                  "more_body": True})
+                await self._send({"type": "http.response.body", "body": self._rewrite(event), "more_body": True})
             if not message.get("more_body"):
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
         return send
 
     def _rewrite(self, event: bytes) -> bytes:
-        data = _sse_data(event + b"\n\n")
+        """An event of the second answer as sent on, ending in its separator."""
+        data = _sse_data(event)
         if not isinstance(data, dict):
-            return event
+            return event if event.endswith(b"\n\n") else event + b"\n\n"
         if self._id:
             data["id"] = self._id
         _add_usage(data.get("usage"), self._spent)
-        return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8")
+        return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
 def _sse_data(event: bytes) -> Any:
