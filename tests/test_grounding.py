@@ -73,6 +73,30 @@ def test_a_schemas_bounds_do_not_ground_a_number(spec):
     assert invented({"seats": 2}, schema, conversation_marks(user("A cab for two, please."))) == ()
 
 
+FORECAST = {"type": "object", "required": ["location", "start_date"], "properties": {
+    "location": {"type": "string", "description": "In the format of 'City, Country' (e.g., 'London, UK')."},
+    "start_date": {"type": "string", "description": "The start date in the ISO 8601 format (e.g., '2023-04-01')."}}}
+
+
+@pytest.mark.parametrize("question, arguments, expected", [
+    # BFCL live_irrelevance_478-135-0: the example's day is the question's, its year is the tool's
+    ("The forecast for Paris, France from April 1st?", {"location": "Paris, France", "start_date": "2023-04-01"},
+     ("start_date",)),
+    ("The forecast for Paris, France from April 1st 2023?", {"location": "Paris, France", "start_date": "2023-04-01"},
+     ()),
+    ("The forecast for London from April 1st 2023?", {"location": "London, UK", "start_date": "2023-04-01"}, ()),
+    ("The forecast for Paris from April 2nd?", {"location": "Paris, FR", "start_date": "2023-04-02"}, ()),
+])
+def test_an_example_copied_from_the_description_is_grounded_only_by_all_its_numbers(question, arguments, expected):
+    assert invented(arguments, FORECAST, conversation_marks(user(question))) == expected
+
+
+def test_a_months_name_grounds_its_number():
+    assert {"4", "15", "2023"} <= marks("the 15th of April 2023")
+    said = conversation_marks(user("Paris, departing on the 15th of April 2023."))
+    assert invented({"location": "Paris, France", "start_date": "2023-04-15"}, FORECAST, said) == ()
+
+
 def test_every_turn_grounds_values_tool_results_and_past_calls_included():
     messages = [*user("Who do I owe money?"),
                 {"role": "assistant", "content": None, "tool_calls": [

@@ -24,11 +24,18 @@ models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are ben
 - on "Transfer some funds for me." with payment tools (BFCL's live_irrelevance_675-216-0), it paid
   1000 to "user@example.com", values nobody gave; its first call's values are checked against the
   conversation (toolbridge.grounding), and both engines answer again without a call (vLLM through
-  toolbridge's middleware, which its fixture serves).
+  toolbridge's middleware, which its fixture serves);
+- on "finding a salon in Berkeley", where the city is to be "in the format of 'City, State' (e.g., 'Austin,
+  TX')" (BFCL's live_multiple_394-138-2), it wrote "Berkeley"; the call's grammar asks for the examples'
+  comma (toolbridge.formats), and it writes "Berkeley, CA", on both engines;
+- on a Paris forecast "from April 1st to April 7th" (BFCL's live_irrelevance_478-135-0), it copied the
+  description's example dates, year and all; a copied example counts only with every number in the
+  conversation (toolbridge.grounding), and both engines answer again in text.
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import contextmanager
 
@@ -252,17 +259,22 @@ def test_without_the_again_bias_the_same_question_gets_one_call():
 # (toolbridge.grounding): `python -m llamacpp_ext` generates the answer again with every call opening
 # held back; on vLLM, toolbridge's middleware drops the answer and asks the route again, where the parser
 # holds the openings back (toolbridge.serving.again).
+# BFCL's live_irrelevance_478-135-0: a Paris forecast "from April 1st to April 7th", no year given. Qwen
+# called with the description's own examples, '2023-04-01' and '2023-04-07': the day is the question's, the
+# year the tool's; a copied example counts only with every number in it said.
 MADE_UP = json.loads((ROOT / "tests" / "data" / "bfcl_live_irrelevance_675-216-0.json").read_text())
+COPIED = json.loads((ROOT / "tests" / "data" / "bfcl_live_irrelevance_478-135-0.json").read_text())
 
 
-def made_up_answer(client, stream: bool, **extra) -> tuple[str, list[tuple[str, dict]], str]:
-    return ask(client, MADE_UP["messages"], MADE_UP["tools"], "auto", stream, **extra)
+def made_up_answer(client, stream: bool, case: dict = MADE_UP, **extra) -> tuple[str, list[tuple[str, dict]], str]:
+    return ask(client, case["messages"], case["tools"], "auto", stream, **extra)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_first_call_with_made_up_values_is_answered_again_in_text(request, engine, stream):
-    content, calls, finish = made_up_answer(on(request, engine), stream)
+@pytest.mark.parametrize("case", [MADE_UP, COPIED], ids=["made-up", "copied-example"])
+def test_a_first_call_with_made_up_values_is_answered_again_in_text(request, engine, stream, case):
+    content, calls, finish = made_up_answer(on(request, engine), stream, case)
     assert not calls and content.strip() and finish == "stop", (content, calls, finish)
     for marker in ("<tool_call>", '{"name"', "```"):
         assert marker not in content, content
@@ -286,3 +298,38 @@ def test_without_the_check_the_same_question_gets_the_made_up_call():
         _, calls, _ = made_up_answer(unchecked, False)
         assert [n for n, _ in calls] == ["Payment_1_MakePayment"] and calls[0][1]["receiver"] not in MADE_UP[
             "messages"][0]["content"], calls
+
+
+# BFCL's live_multiple_394-138-2: "I'm thinking about finding a salon in Berkeley", with the city to be given
+# "in the format of 'City, State' (e.g., 'Austin, TX')". Qwen wrote "Berkeley"; the call's grammar asks for
+# the examples' comma (toolbridge.formats), and the model writes the state after it.
+SALON = json.loads((ROOT / "tests" / "data" / "bfcl_live_multiple_394-138-2.json").read_text())
+
+
+def salon_answer(client, stream: bool, tools: list = SALON["tools"]) -> tuple[str, list[tuple[str, dict]], str]:
+    return ask(client, SALON["messages"], tools, "auto", stream)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_value_takes_the_format_its_description_shows_by_example(request, engine, stream):
+    content, calls, _ = salon_answer(on(request, engine), stream)
+    assert [n for n, _ in calls] == ["Services_1_FindProvider"], (content, calls)
+    city = calls[0][1]["city"]
+    assert re.fullmatch(r"Berkeley, [A-Z]{2}", city), city
+    valid(calls, SALON["tools"])
+
+
+def test_without_the_examples_quotes_the_same_question_gets_the_bare_city(client):
+    """The same description with its quote marks taken out states no example: no pattern, and the
+    model writes the city alone."""
+    tools = json.loads(json.dumps(SALON["tools"]).replace("'", ""))
+    _, calls, _ = salon_answer(client, False, tools)
+    assert [(n, a.get("city")) for n, a in calls] == [("Services_1_FindProvider", "Berkeley")], calls
+
+
+@pytest.mark.vllm
+def test_without_the_check_the_forecast_gets_the_copied_dates(vllm_client):
+    _, calls, _ = made_up_answer(vllm_client, False, COPIED,
+                                 extra_body={"chat_template_kwargs": {"tb_grounded": False}})
+    assert [(n, a.get("start_date")) for n, a in calls] == [("get_weather_forecast", "2023-04-01")], calls

@@ -7,7 +7,10 @@ model still calls, and fills the arguments in itself: `{"receiver": "user@exampl
 `{"city": "New York, NY"}` for "I want to find a train." A required argument's value counts as
 invented when it holds a word or a number and none of them is in the conversation (any turn's text,
 past calls' arguments, tool results), nor, for a number, in the tool's description of that argument
-(`1 for Bangkok`; its bounds aside: "between 1 and 4" allows 4, the user did not ask for it). Values
+(`1 for Bangkok`; its bounds aside: "between 1 and 4" allows 4, the user did not ask for it). A value
+copied from an example its description quotes counts only with every number in it said: "(e.g.,
+'2023-04-01')" copied for "from April 1st" has the question's day and the tool's year. A month's name
+grounds its number (`April` meets 4). Values
 equal to the argument's default or one of its enum values are the tool's own; a value with no Latin
 word and no digit (another script) is not judged, nor is a code of two to four capitals (`USD` for
 "US dollars", `JFK`), which a model derives from names rather than copies.
@@ -27,6 +30,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
+from .formats import quoted
 from .relevance import content_texts, words
 
 _DIGITS = re.compile(r"\d+")
@@ -36,6 +40,9 @@ _NUMBER_WORDS = {w: str(n) for n, w in enumerate(
 _NUMBER_WORDS.update(thirty="30", forty="40", fifty="50", sixty="60", seventy="70", eighty="80", ninety="90",
                      hundred="100", thousand="1000", dozen="12", once="1", twice="2", single="1", double="2",
                      first="1", second="2", third="3", fourth="4", fifth="5")
+# A month's name grounds its number: "the 15th of April 2023" gives 2023-04-15 every number.
+_NUMBER_WORDS.update({m: str(n) for n, m in enumerate(
+    "january february march april may june july august september october november december".split(), 1)})
 _WORDISH = re.compile(r"[a-z]+")
 _CODE = re.compile(r"[A-Z]{2,4}")
 _GROUPED = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")  # thousands separators: 300,000 is 300000
@@ -78,6 +85,9 @@ def invented(arguments: Any, parameters: Mapping[str, Any], seen: frozenset[str]
         spec = spec if isinstance(spec, Mapping) else {}
         if name not in required or _the_tools_own(value, spec):
             continue
+        if _copied_example(value, spec, seen):
+            out.append(name)
+            continue
         leaves = list(_leaves(value))
         texts = frozenset().union(*(marks(v) for v in leaves if isinstance(v, str) and not _CODE.fullmatch(v)))
         numbers = frozenset().union(*(marks(str(v)) for v in leaves
@@ -93,6 +103,18 @@ def _the_tools_own(value: Any, spec: Mapping[str, Any]) -> bool:
         return True
     enum = spec.get("enum")
     return isinstance(enum, list) and any(value == e for e in enum)
+
+
+def _copied_example(value: Any, spec: Mapping[str, Any], seen: frozenset[str]) -> bool:
+    """The value is an example its description quotes, with a number the conversation does not
+    hold: '2023-04-01' copied from "(e.g., '2023-04-01')" for "April 1st" shares the day with the
+    question, but its year came from the tool."""
+    if not isinstance(value, str):
+        return False
+    examples = {q.strip().casefold() for q in quoted(spec.get("description"))}
+    if value.strip().casefold() not in examples:
+        return False
+    return bool({m for m in marks(value) if m.isdigit()} - seen)
 
 
 def _schema_numbers(spec: Mapping[str, Any]) -> frozenset[str]:
