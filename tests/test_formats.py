@@ -61,6 +61,8 @@ def test_no_pattern_where_an_example_or_the_schema_allows_other_shapes(spec):
 def test_the_parts_are_bounded_so_a_model_that_will_not_write_the_separator_stops():
     pattern = stated_pattern(CITY)
     assert re.search(pattern, "x" * MAX_PART + ", CA") and not re.search(pattern, "x" * (MAX_PART + 1) + ", CA")
+    long = "Llanfairpwllgwyngyllgogerychwyrndrobwll, Wales"  # an example's own part is never cut
+    assert re.search(stated_pattern(string(f"A town such as '{long}'.")), long)
 
 
 def test_stated_adds_patterns_at_any_depth_and_copies_only_what_it_changes():

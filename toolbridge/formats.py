@@ -54,9 +54,9 @@ def stated_pattern(spec: Any) -> str | None:
     if not shapes or "" in shapes or any("/" in e for e in examples):
         return None
     seps = "".join(re.escape(c) for c in sorted(set("".join(shapes))))
-    # parts may be empty only where an example's are: the default '/' must stay writable
-    filled = all(all(re.split(f"[{seps}]", e)) for e in examples)
-    cls = f"[^{seps}]{{{1 if filled else 0},{MAX_PART}}}"
+    parts = [p for e in examples for p in re.split(f"[{seps}]", e)]
+    # every example stays writable: parts may be empty, or longer than MAX_PART, where an example's are
+    cls = f"[^{seps}]{{{1 if all(parts) else 0},{max(MAX_PART, *map(len, parts))}}}"
     alts = [cls + "".join(re.escape(c) + cls for c in shape) for shape in shapes]
     return "^" + (alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")") + "$"
 
