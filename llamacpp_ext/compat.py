@@ -7,7 +7,8 @@ this file.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+import contextlib
+from typing import Any, AsyncIterator, Mapping
 
 import llama_cpp
 import numpy as np
@@ -56,6 +57,18 @@ def base_seed(llama: llama_cpp.Llama) -> int:
 
 def is_end_of_generation(llama: llama_cpp.Llama, token: int) -> bool:
     return bool(llama_cpp.llama_vocab_is_eog(llama._model.vocab, token))
+
+
+def end_tokens(llama: llama_cpp.Llama) -> tuple[int, ...]:
+    """Every token that ends generation (end of turn, end of text), kept on the model object."""
+    ends = llama.__dict__.get(_ENDS)
+    if ends is None:
+        vocab = llama._model.vocab
+        ends = llama.__dict__[_ENDS] = tuple(t for t in range(llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t))
+    return ends
+
+
+_ENDS = "_toolbridge_end_tokens"
 
 
 def grammar_text(grammar: LlamaGrammar) -> tuple[str, str]:
@@ -211,3 +224,30 @@ class ConverterBase(SchemaConverter):
 
     def visit_pattern(self, pattern: str, name: str) -> str:
         return super()._visit_pattern(pattern, name)
+
+
+# -- llama-cpp-python's server internals the agent-API routes need (routes.py) ---------------------------------------------
+
+@contextlib.asynccontextmanager
+async def served_model(model: str | None) -> AsyncIterator[tuple[Any, dict]]:
+    """The model a chat request for `model` is answered by, and its chat_template_kwargs (the
+    handler's options), held as the server's own routes hold it (one request at a time)."""
+    from llama_cpp.server import app
+
+    async with contextlib.asynccontextmanager(app.get_llama_proxy)() as proxy:
+        llama = proxy(model)
+        aliases = list(proxy)
+        alias = model if model in aliases else aliases[0]  # the proxy's own fallback: the first model
+        yield llama, dict(proxy[alias].get("chat_template_kwargs") or {})
+
+
+def authorized(scope: dict) -> bool:
+    """The server's API key check (`--api_key`), as its own routes make it: a matching bearer token."""
+    from llama_cpp.server import app
+
+    settings = next(app.get_server_settings())
+    if settings is None or settings.api_key is None:
+        return True
+    auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
+    scheme, _, token = auth.partition(" ")
+    return scheme.lower() == "bearer" and token == settings.api_key

@@ -3,66 +3,112 @@
 llama-cpp-python serves only Chat Completions. As vLLM and llama-server do, each agent API is
 read into a chat request (toolbridge.apis), run through the server's own chat route (so the
 request guard, the toolbridge handler and its one request plan apply unchanged), and its
-answer or stream is written back in that API's shape. Pure ASGI, in front of the app.
+answer or stream is written back in that API's shape. Each body is first checked against its
+API's schema (toolbridge.apis.validate). Pure ASGI, in front of the app.
 
 Responses are stateless unless stored: a response is kept, in a bounded in-memory store of
 this process, when the request does not say `store: false`; `previous_response_id` continues
-a stored one and is a 400 when it is unknown (evicted, or another process's).
+a stored one and is a 400 when it is unknown (evicted, or another process's);
+`GET /v1/responses/{id}` returns it and `DELETE` forgets it (404 when unknown).
+
+`POST /v1/messages/count_tokens` (Claude Code asks it how large its prompt is) counts the prompt
+the same request would be answered from: read as a Messages body, through the chat route's own
+checks, rendered by the handler's template with the tools, tokenized by the model; nothing is
+generated.
 """
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
+from urllib.parse import parse_qs
 
-from toolbridge.apis import anthropic, responses, responses_stream
+from toolbridge.apis import anthropic, responses, responses_stream, validate
 from toolbridge.apis.fields import new_id
 from toolbridge.errors import BadRequest
-from toolbridge.serving.asgi import read_body, receive_body, replay, send_json, with_body
+from toolbridge.request import plan
+from toolbridge.serving.asgi import (check_request, count_tokens_chat, read_body, receive_body, replay, send_json,
+                                     with_body)
+
+from . import prompt
+from .compat import authorized, served_model
 
 CHAT_PATH = "/v1/chat/completions"
 STORE_SIZE = 256
+RESPONSE_PATH = re.compile(r".*/v1/responses/([^/]+)$")
 
 
 class ResponseStore:
-    """The last STORE_SIZE stored responses: their whole conversation as input items."""
+    """The last STORE_SIZE stored responses: each Response object and its whole conversation as
+    input items (what `previous_response_id` continues)."""
 
     def __init__(self, size: int = STORE_SIZE):
         self.size = size
-        self._items: OrderedDict[str, list[dict]] = OrderedDict()
+        self._items: OrderedDict[str, tuple[list[dict], dict | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, response_id: str) -> list[dict]:
+        """The conversation of a stored response, as input items (BadRequest if unknown)."""
         with self._lock:
             if response_id not in self._items:
                 raise BadRequest(f"Previous response with id {response_id!r} not found (this server keeps the last "
                                  f"{self.size} stored responses in memory).", param="previous_response_id",
                                  code="previous_response_not_found")
-            return list(self._items[response_id])
+            return list(self._items[response_id][0])
 
-    def put(self, response_id: str, items: list[dict]) -> None:
+    def put(self, response_id: str, items: list[dict], response: dict | None = None) -> None:
         with self._lock:
-            self._items[response_id] = items
+            self._items[response_id] = (items, response)
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
 
+    def response(self, response_id: str) -> dict | None:
+        """The stored Response object, or None."""
+        with self._lock:
+            stored = self._items.get(response_id)
+            return stored[1] if stored is not None else None
+
+    def delete(self, response_id: str) -> bool:
+        """Forget a stored response; whether there was one."""
+        with self._lock:
+            return self._items.pop(response_id, None) is not None
+
+
+Handler = Callable[[dict, Callable, Callable], Awaitable[None]]
+
 
 class AgentRoutes:
-    """ASGI middleware: POST .../v1/responses and .../v1/messages, translated to the chat route."""
+    """ASGI middleware: POST .../v1/responses and .../v1/messages, translated to the chat route;
+    POST .../v1/messages/count_tokens; GET and DELETE .../v1/responses/{id}."""
 
     def __init__(self, app: Any, store: ResponseStore | None = None):
         self.app = app
         self.store = store or ResponseStore()
 
+    def handler(self, scope: dict) -> Handler | None:
+        """What answers a request here, or None for one the app answers."""
+        if scope["type"] != "http":
+            return None
+        path, method = scope.get("path", ""), scope.get("method")
+        if method == "POST" and path.endswith("/v1/responses"):
+            return lambda s, r, w: self.translate(_Responses(self.store), s, r, w)
+        if method == "POST" and path.endswith("/v1/messages"):
+            return lambda s, r, w: self.translate(_Messages(), s, r, w)
+        if method == "POST" and path.endswith("/v1/messages/count_tokens"):
+            return count_tokens
+        if method in ("GET", "DELETE") and RESPONSE_PATH.match(path):
+            return self.stored_response
+        return None
+
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        api = "responses" if path.endswith("/v1/responses") else "messages" if path.endswith("/v1/messages") else None
-        if api is None or scope.get("method") != "POST":
-            await self.app(scope, receive, send)
-            return
+        handler = self.handler(scope)
+        await (handler or self.app)(scope, receive, send)
+
+    async def translate(self, route: Any, scope: dict, receive: Callable, send: Callable) -> None:
+        """The API's request as a chat request through the app's chat route, answered in the API's shape."""
         body = await receive_body(receive)
-        route = _Responses(self.store) if api == "responses" else _Messages()
         try:
             data = read_body(body)
             chat = route.chat_request(data)
@@ -74,6 +120,69 @@ class AgentRoutes:
         await self.app(with_body(scope, raw, CHAT_PATH), replay(raw, receive), relay.send)
         await relay.done()
 
+    async def stored_response(self, scope: dict, receive: Callable, send: Callable) -> None:
+        """GET: the stored Response object; DELETE: forget it. 404 for an id not stored here."""
+        if not authorized(scope):
+            await send_json(send, 401, _openai_error("Invalid API key", "invalid_api_key"))
+            return
+        response_id = RESPONSE_PATH.match(scope["path"]).group(1)
+        if scope["method"] == "GET" and _query(scope, "stream") == "true":
+            await send_json(send, 400, BadRequest("Streaming a stored response again is not supported by this "
+                                                  "server; retrieve it without stream.", param="stream").body())
+            return
+        found = self.store.response(response_id) if scope["method"] == "GET" else self.store.delete(response_id)
+        if not found:
+            await send_json(send, 404, _openai_error(
+                f"Response with id {response_id!r} not found (this server keeps the last {self.store.size} stored "
+                "responses in memory).", "response_not_found", "response_id"))
+        elif scope["method"] == "GET":
+            await send_json(send, 200, found)
+        else:
+            await send_json(send, 200, {"id": response_id, "object": "response", "deleted": True})
+
+
+def _openai_error(message: str, code: str, param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
+
+
+def _query(scope: dict, key: str) -> str | None:
+    values = parse_qs(scope.get("query_string", b"").decode("latin-1")).get(key)
+    return values[-1].lower() if values else None
+
+
+# -- POST /v1/messages/count_tokens --------------------------------------------------------------------
+
+async def count_tokens(scope: dict, receive: Callable, send: Callable) -> None:
+    """`{"input_tokens": N}`: the tokens of the prompt the same Messages request would be answered
+    from (the handler's template, tools included); a bad body is a 400 in Anthropic's shape."""
+    if not authorized(scope):
+        await send_json(send, 401, anthropic.error_body(401, "Invalid API key"))
+        return
+    body = await receive_body(receive)
+    try:
+        chat = count_tokens_chat(read_body(body))
+        n = await prompt_tokens(chat)
+    except BadRequest as e:
+        await send_json(send, 400, anthropic.error_body(400, e.message))
+        return
+    await send_json(send, 200, {"input_tokens": n})
+
+
+async def prompt_tokens(chat: dict) -> int:
+    """The prompt tokens of a chat request, counted as the toolbridge handler renders it, after the
+    chat route's own checks (BadRequest where the chat route would answer 400)."""
+    from .server import adapt_request, check_fields  # the chat route's check (server.py imports this module)
+
+    adapt_request(chat)
+    checked = check_request(chat)
+    check_fields(chat)
+    async with served_model(chat.get("model")) as (llama, options):
+        try:
+            req = plan(checked, template_kwargs=options, tool_trained=prompt.tool_trained(llama))
+            return len(prompt.tokenize(llama, prompt.render(llama, chat["messages"], req, options)))
+        except ValueError as e:  # BadRequest included: a template that cannot render the request
+            raise e if isinstance(e, BadRequest) else BadRequest(str(e)) from None
+
 
 class _Responses:
     def __init__(self, store: ResponseStore):
@@ -81,10 +190,9 @@ class _Responses:
         self.id = new_id("resp")
 
     def chat_request(self, data: dict) -> dict:
+        validate.responses_body(data)
         self.data = data
         prev = data.get("previous_response_id")
-        if prev is not None and not isinstance(prev, str):
-            raise BadRequest("previous_response_id must be a string.", param="previous_response_id")
         self.history = self.store.get(prev) if prev is not None else []
         return responses.chat_request(data, self.history)
 
@@ -94,7 +202,7 @@ class _Responses:
     def remember(self, resp: dict) -> dict:
         if self.data.get("store", True) is not False:
             items = self.history + responses.input_items(self.data.get("input")) + responses.output_items(resp)
-            self.store.put(resp["id"], items)
+            self.store.put(resp["id"], items, resp)
         return resp
 
     def stream(self) -> Any:
@@ -121,6 +229,7 @@ class _Responses:
 
 class _Messages:
     def chat_request(self, data: dict) -> dict:
+        validate.messages_body(data)
         self.data = data
         return anthropic.chat_request(data)
 

