@@ -17,8 +17,17 @@ its own output-token list, appended to as the engine does), then update_state(No
 per step on a float32 (batch, vocab) tensor. Figures are medians of several rounds, on a shared
 machine: compare the ratios within one run. No assertions. The processor's torch work (the
 argmax where the argument close decides, the writes) runs on `--threads` torch threads (1 by default).
+`--qwen DIR` (a Qwen2.5 tokenizer in Hugging Face format) adds `Qwen required`: its `required` call,
+with the argument close on as for every tool-trained model.
 
-    python bench/logits_cost.py [--rounds N] [--threads N]
+`--device cuda` runs the batch processor on CUDA logits (no `old` column) and prints, per answer and
+batch, the µs per batch step synchronized (toolbridge, and xgrammar's own work for the same answer:
+fill the bitmask, accept the token, apply the mask on the device), then the host syncs per step
+(counted with torch.cuda.set_sync_debug_mode("warn")) and the steps that waited behind queued GPU
+work: before each step, GPU work is queued as a pipelined engine's forward pass would be (1 ms, or 4x
+the step's own time where longer), and a step waited where that work was done when `apply` returned.
+
+    python bench/logits_cost.py [--rounds N] [--threads N] [--model DIR] [--qwen DIR] [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ import statistics
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
@@ -182,10 +192,111 @@ def time_xgrammar(compiled: Any, tokens: list[int], skip: int, batch: int, vocab
     return spent
 
 
+def cuda_step_round(args: dict, tokens: list[int], skip: int, batch: int, vocab: int, device: torch.device,
+                    queue_cycles: int = 0) -> tuple[float, int, int]:
+    """One round of the batch processor on CUDA logits: (seconds of the steps from `skip` on, each
+    synchronized; with `queue_cycles`, GPU work queued before each step and nothing synchronized:
+    the host syncs counted, and the steps where the queued work was done when `apply` returned)."""
+    proc = NewCallBias(CONFIG, device, True)
+    outputs: list[list[int]] = [[] for _ in range(batch)]
+    params = SimpleNamespace(extra_args=args)
+    proc.update_state(BatchUpdate(batch_size=batch, removed=[], moved=[],
+                                  added=[(i, params, [1, 2, 3], outputs[i]) for i in range(batch)]))
+    base = torch.randn(batch, vocab, generator=torch.Generator().manual_seed(batch)).to(device)
+    logits = torch.empty_like(base)
+    spent, syncs, waited = 0.0, 0, 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step, token in enumerate(tokens):
+            logits.copy_(base)
+            torch.cuda.synchronize(device)
+            if queue_cycles:
+                torch.cuda._sleep(queue_cycles)  # a forward pass ahead of the processor
+                queued = torch.cuda.Event()
+                queued.record()
+                torch.cuda.set_sync_debug_mode("warn")
+            seen = len(caught)
+            t0 = time.perf_counter()
+            proc.update_state(None)
+            proc.apply(logits)
+            if queue_cycles:
+                done = queued.query()
+                torch.cuda.set_sync_debug_mode("default")
+            else:
+                torch.cuda.synchronize(device)
+            took = time.perf_counter() - t0
+            if step >= skip:
+                spent += took
+                syncs += sum("synchroniz" in str(w.message) for w in caught[seen:])
+                waited += bool(queue_cycles and done)
+            for out in outputs:
+                out.append(token)
+    return spent, syncs, waited
+
+
+def cuda_xgrammar_round(compiled: Any, tokens: list[int], skip: int, batch: int, vocab: int,
+                        device: torch.device) -> float:
+    """xgrammar's per-step work for the same answers on CUDA logits, synchronized: fill the bitmask,
+    move it to the device and apply it there, accept the token."""
+    matchers = [xgr.GrammarMatcher(compiled) for _ in range(batch)]
+    bitmask = xgr.allocate_token_bitmask(batch, vocab).pin_memory()
+    logits = torch.randn(batch, vocab, device=device)
+    spent = 0.0
+    for step, token in enumerate(tokens):
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for i, m in enumerate(matchers):
+            m.fill_next_token_bitmask(bitmask, i)
+        xgr.apply_token_bitmask_inplace(logits, bitmask.to(device, non_blocking=True))
+        for m in matchers:
+            if not m.accept_token(token):
+                raise SystemExit(f"xgrammar rejects token {token} at step {step}")
+        torch.cuda.synchronize(device)
+        if step >= skip:
+            spent += time.perf_counter() - t0
+    return spent
+
+
+def sleep_cycles_per_ms(device: torch.device) -> float:
+    """How many torch.cuda._sleep cycles one millisecond of GPU time holds."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1000)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    torch.cuda.synchronize(device)
+    return 10_000_000 / start.elapsed_time(end)
+
+
+def cuda_table(cases: list, rounds: int, compilers: dict) -> None:
+    device = torch.device("cuda")
+    cycles = sleep_cycles_per_ms(device)
+    print(f"device {torch.cuda.get_device_name(device)}, torch {torch.__version__}; median of {rounds} rounds; "
+          f"µs per batch step synchronized; queued work before each step: 1 ms or 4x the step's time")
+    print(f"{'answer':<20} {'batch':>5} | {'toolbridge':>10} {'xgrammar':>9} | {'syncs/step':>10} {'waited':>9}")
+    for name, tok, args, tokens, skip, tag in cases:
+        NewCallBias.tokenizer = tok
+        vocab = len(tok)
+        compiled = compilers[id(tok)].compile_structural_tag(tag)
+        steps = len(tokens) - skip
+        for batch in BATCHES:
+            cuda_step_round(args, tokens, skip, batch, vocab, device)  # warm-up: tables, kernels
+            new = statistics.median(cuda_step_round(args, tokens, skip, batch, vocab, device)[0]
+                                    for _ in range(rounds)) / steps
+            xg = statistics.median(cuda_xgrammar_round(compiled, tokens, skip, batch, vocab, device)
+                                   for _ in range(max(2, rounds // 2))) / steps
+            queue = int(cycles * max(1.0, 4 * new * 1e3))
+            _, syncs, waited = cuda_step_round(args, tokens, skip, batch, vocab, device, queue)
+            print(f"{name:<20} {batch:>5} | {new * 1e6:>10.1f} {xg * 1e6:>9.1f} | {syncs / steps:>10.2f} "
+                  f"{waited:>4}/{steps:<4}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default=str(MODEL))
+    ap.add_argument("--qwen", default=None, help="a Qwen2.5 tokenizer directory: adds `Qwen required`")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared machine a parallel op over the logits can wait "
                          "milliseconds for its second core)")
@@ -197,6 +308,7 @@ def main() -> None:
     vocab = len(tok)
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab)
     compiler = xgr.GrammarCompiler(info)
+    compilers = {id(tok): compiler}
     encode = lambda t: tok.encode(t, add_special_tokens=False)  # noqa: E731
 
     auto_args, auto_tag = request_args(tok, "auto")
@@ -204,19 +316,30 @@ def main() -> None:
     close_args, _ = request_args(tok, "required", chat_template_kwargs={"tb_close_bias": 5.5})
     horizon = Steering.from_args(auto_args).horizon
     call, prose = encode(CALL), encode(PROSE)
-    cases = [  # name, args, tokens, steps not timed, structural tag
-        ("auto text", auto_args, prose, horizon, auto_tag),
-        ("required", req_args, call, 0, req_tag),
-        ("required+close", close_args, call, 0, req_tag),
+    cases = [  # name, tokenizer, args, tokens, steps not timed, structural tag
+        ("auto text", tok, auto_args, prose, horizon, auto_tag),
+        ("required", tok, req_args, call, 0, req_tag),
+        ("required+close", tok, close_args, call, 0, req_tag),
     ]
+    if opts.qwen:
+        qwen = AutoTokenizer.from_pretrained(opts.qwen)
+        compilers[id(qwen)] = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(qwen, vocab_size=len(qwen)))
+        qwen_args, qwen_tag = request_args(qwen, "required")
+        label = "Qwen required" + ("+close" if "toolbridge_close" in qwen_args else "")
+        cases.append((label, qwen, qwen_args, qwen.encode(CALL, add_special_tokens=False), 0, qwen_tag))
+    if opts.device == "cuda":
+        cuda_table(cases, opts.rounds, compilers)
+        return
     print(f"SmolLM2-135M-Instruct tokenizer, vocab {vocab}; call {len(call)} tokens, prose {len(prose)} tokens "
           f"(auto timed past the steering horizon, {horizon} tokens); median of {opts.rounds} rounds; "
           f"torch threads {torch.get_num_threads()}")
     print(f"{'answer':<15} {'batch':>5} | {'µs per request-step':^26} | {'µs per batch step':^29} | "
           f"{'new/old':>7} {'new/xgr':>7}")
     print(f"{'':<15} {'':>5} | {'old':>8} {'new':>8} {'xgr':>8} | {'old':>9} {'new':>9} {'xgr':>9} |")
-    for name, args, tokens, skip, tag in cases:
-        compiled = compiler.compile_structural_tag(tag)
+    for name, tok, args, tokens, skip, tag in cases:
+        OldCallBias.tokenizer = NewCallBias.tokenizer = tok
+        vocab = len(tok)
+        compiled = compilers[id(tok)].compile_structural_tag(tag)
         steps = len(tokens) - skip
         for batch in BATCHES:
             rounds = max(2, opts.rounds if batch < 256 else (opts.rounds + 1) // 2)

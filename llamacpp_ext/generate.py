@@ -31,8 +31,8 @@ from toolbridge.logits import token_changes, write
 from toolbridge.steer import BAN, Steering
 from toolbridge.vocab import Vocabulary
 
-from .compat import (GrammarSampler, base_seed, grammar_text, input_ids, is_end_of_generation, last_logits,
-                     reuse_cache, sample_in_c, sampler_chain)
+from .compat import (GrammarSampler, base_seed, end_tokens, grammar_text, input_ids, is_end_of_generation,
+                     last_logits, reuse_cache, sample_in_c, sampler_chain)
 
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 
@@ -70,6 +70,8 @@ class Sampler:
         self.answer_start = answer_start
         self.guard = guard
         self.vocab = vocab  # the model's token tables, for the guard
+        self.ending = vocab.ending(guard.follow) if guard is not None and vocab is not None else None
+        self.ends = end_tokens(llama) if self.ending is not None else ()
         self.buf: np.ndarray | None = None
 
     def close(self) -> None:
@@ -86,7 +88,8 @@ class Sampler:
         changes, only = token_changes(steer, tokens[self.answer_start:] if steer is not None else (),
                                       g if guarded else None,
                                       lambda: vocab.text(int(np.argmax(last_logits(self.llama)))),
-                                      vocab.closers if guarded else (), vocab.enders if guarded else ())
+                                      vocab.closers if guarded else (), vocab.enders if guarded else (),
+                                      self.ending, self.ends)
         if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
         logits = last_logits(self.llama)

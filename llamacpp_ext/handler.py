@@ -20,7 +20,7 @@ from llama_cpp import LlamaGrammar
 
 from toolbridge import BadRequest
 from toolbridge.deltas import delta, message
-from toolbridge.events import CallEnd, Content, Event
+from toolbridge.events import CallEnd, Content, Event, ToolCall
 from toolbridge.grammar import Entry
 from toolbridge.parse import collect
 from toolbridge.request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, check, plan
@@ -213,7 +213,7 @@ class Answer:
             yield parser.feed(text)
         yield parser.finish()
 
-    def finish_reason(self, calls: int) -> str:
+    def finish_reason(self, calls: list[ToolCall]) -> str:
         return self.req.finish_reason(calls, truncated=self.session.ended == LENGTH)
 
     def usage(self) -> dict:
@@ -226,7 +226,7 @@ class Answer:
         calls = result.calls
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                 "choices": [{"index": 0, "message": message(result.content, calls), "logprobs": None,
-                             "finish_reason": self.finish_reason(len(calls))}],
+                             "finish_reason": self.finish_reason(calls)}],
                 "usage": self.usage()}
 
     def _chunk(self, delta: dict, finish: str | None = None) -> dict:
@@ -236,9 +236,9 @@ class Answer:
     def chunks(self, include_usage: bool = False) -> Iterator[dict]:
         self.session.prefill()
         yield self._chunk({"role": "assistant", "content": ""} if self.req.mode == PLAIN else {"role": "assistant"})
-        calls = 0
+        calls: list[ToolCall] = []
         for batch in self._event_batches():
-            calls += sum(type(e) is CallEnd for e in batch)
+            calls += [e.call for e in batch if type(e) is CallEnd]
             d = delta(batch)
             if d is not None:
                 yield self._chunk(d)

@@ -24,7 +24,8 @@ __all__ = ["api_root", "oai", "ant", "test_responses_tool_choice", "test_respons
            "test_messages_tool_choice", "test_messages_result_turn", "test_messages_parallel", "test_agents_sdk_loop",
            "test_bad_bodies", "test_fuzz", "api_routes", "test_messages_count_tokens",
            "test_messages_count_tokens_bad_bodies", "test_responses_retrieve_and_delete", "test_typed_fields",
-           "test_fuzz_field_types"]
+           "test_fuzz_field_types", "test_messages_end_after_their_calls", "test_responses_end_after_their_calls",
+           "test_chat_ends_after_its_calls"]
 
 TOOLS = [WEATHER, SEARCH]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -629,3 +630,65 @@ def test_fuzz_field_types(api_root, api_model, api):
 
     one()
     print(f"\n{api}: {sum(fields.values())} bodies, {len(fields)} fields wrongly typed, each a 400")
+
+
+# -- an answer ends after its calls (auto): no text after a call, stop reason and order ---------------
+
+ENDING_ASKS = ("What is the weather in Paris right now?", "What is the weather in Paris, London and Tokyo?",
+               "Search the web for the height of the Eiffel Tower.")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_messages_end_after_their_calls(ant, api_model, stream):
+    """Under auto with room to run on (max_tokens 256): a Message holding a tool_use block has
+    stop_reason tool_use, and no text block comes after a tool_use block, streamed or not."""
+    called = 0
+    for ask in ENDING_ASKS:
+        kw = dict(model=api_model, max_tokens=256, messages=[{"role": "user", "content": ask}], tools=MESSAGES_TOOLS,
+                  tool_choice={"type": "auto"}, extra_body={"temperature": 0})
+        msg = messages_stream(ant, **kw)[1] if stream else ant.messages.create(**kw)
+        kinds = [b.type for b in msg.content]
+        if "tool_use" in kinds:
+            called += 1
+            assert msg.stop_reason == "tool_use", (ask, msg.stop_reason, msg.content)
+            assert "text" not in kinds[kinds.index("tool_use"):], (ask, msg.content)
+    assert called, "no question got a call: nothing was checked"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_responses_end_after_their_calls(oai, api_model, stream):
+    """The same on Responses: no message item after a function_call item, status completed."""
+    called = 0
+    for ask in ENDING_ASKS:
+        kw = dict(model=api_model, input=ask, tools=RESPONSES_TOOLS, tool_choice="auto", temperature=0,
+                  max_output_tokens=256)
+        resp = responses_stream(oai, **kw)[1] if stream else oai.responses.create(**kw)
+        kinds = [i.type for i in resp.output]
+        if "function_call" in kinds:
+            called += 1
+            assert resp.status == "completed", (ask, resp.status, resp.output)
+            assert "message" not in kinds[kinds.index("function_call"):], (ask, resp.output)
+    assert called, "no question got a call: nothing was checked"
+
+
+def test_chat_ends_after_its_calls(oai, api_model):
+    """Chat Completions, streamed: no content delta after the first tool-call delta, and the finish
+    reason tool_calls; not streamed, the same calls and no more content than the stream had before them."""
+    called = 0
+    for ask in ENDING_ASKS:
+        kw = dict(model=api_model, messages=[{"role": "user", "content": ask}], tools=TOOLS, tool_choice="auto",
+                  temperature=0, max_tokens=256)
+        before, after, names, finish = "", "", [], None
+        for chunk in oai.chat.completions.create(stream=True, **kw):
+            for ch in chunk.choices:
+                names += [tc.function.name for tc in ch.delta.tool_calls or () if tc.function and tc.function.name]
+                if ch.delta.content:
+                    after, before = (after + ch.delta.content, before) if names else (after, before + ch.delta.content)
+                finish = ch.finish_reason or finish
+        whole = oai.chat.completions.create(**kw).choices[0]
+        if names:
+            called += 1
+            assert not after and finish == "tool_calls", (ask, after, finish)
+            assert [c.function.name for c in whole.message.tool_calls or ()] == names
+            assert (whole.message.content or "").strip() == before.strip() and whole.finish_reason == "tool_calls"
+    assert called, "no question got a call: nothing was checked"

@@ -1,12 +1,15 @@
 """vLLM's batch logits processor (vllm_plugin.bias.CallBias) against the per-request rule it replaced:
 the same logits changes on the same answers, through vLLM's own interface (BatchUpdate: rows added,
-removed, moved, swapped), with a small tokenizer of its own (no model needed)."""
+removed, moved, swapped), with a small tokenizer of its own (no model needed). On every device there
+is (the CPU, and CUDA where present), and on the CPU both ways of deciding the argument close: reading
+the top token on the host, and on the device as a GPU does (tests/test_no_sync.py: nothing read back)."""
 from __future__ import annotations
 
 import math
 import random
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +22,10 @@ from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDi
 
 from toolbridge.dialects import get_dialect  # noqa: E402
 from toolbridge.grammar import call_starts  # noqa: E402
-from toolbridge.callguard import CallGuard, closers, enders  # noqa: E402
+from toolbridge import callguard  # noqa: E402
+from toolbridge.callguard import POINTS, CallGuard, closers, enders  # noqa: E402
+from toolbridge.logits import write  # noqa: E402
+from toolbridge.vocab import hf_vocabulary  # noqa: E402
 from toolbridge.steer import BAN, Steering  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
 from bench.logits_cost import reference_step  # noqa: E402  (the old processor's rule, kept there verbatim)
@@ -63,8 +69,21 @@ class Bias(CallBias):
         return TOK
 
 
-def processor():
-    return Bias(SimpleNamespace(model_config=None), torch.device("cpu"), False)
+# Where the processor runs: (device, top_on_host). On the CPU both ways of deciding the argument close.
+WHERE = [("cpu", True), ("cpu", False)] + ([("cuda", None)] if torch.cuda.is_available() else [])
+WHERE_IDS = ["cpu-host", "cpu-device", "cuda"][:len(WHERE)]
+where = pytest.mark.parametrize("where", WHERE, ids=WHERE_IDS)
+
+
+def processor(where=("cpu", None)):
+    device, on_host = where
+    p = Bias(SimpleNamespace(model_config=None), torch.device(device), device != "cpu")
+    p.top_on_host = on_host
+    return p
+
+
+def zeros(where, rows):
+    return torch.zeros(rows, len(PIECES), device=where[0])
 
 
 class Reference:
@@ -125,12 +144,13 @@ class Engine:
     the lowest free row, the batch is condensed by moving the last rows into the holes, and rows
     are sometimes swapped."""
 
-    def __init__(self, requests, seed, width=4):
+    def __init__(self, requests, seed, width=4, where=("cpu", None)):
         self.rng = random.Random(seed)
         self.queue = list(requests)  # (args, answer tokens)
         self.rows: list = []  # [args, tokens, output ids, reference] or None
         self.width = width
-        self.proc = processor()
+        self.device = where[0]
+        self.proc = processor(where)
 
     def update(self):
         removed = []
@@ -180,7 +200,7 @@ class Engine:
             if not self.rows:
                 continue
             nexts = [r[1][len(r[2])] if len(r[2]) < len(r[1]) else None for r in self.rows]
-            logits = logits_for(self.rng, len(PIECES), nexts)
+            logits = logits_for(self.rng, len(PIECES), nexts).to(self.device)
             expected = logits.clone()
             got = self.proc.apply(logits)
             assert got is logits
@@ -197,19 +217,21 @@ def test_it_is_a_batch_processor_registered_under_its_name():
     assert issubclass(CallBias, LogitsProcessor) and not CallBias(None, "cpu", False).is_argmax_invariant()
 
 
+@where
 @pytest.mark.parametrize("kind", ["auto", "required", "steer", "guard"])
 @pytest.mark.parametrize("close", [0.0, 5.5])
-def test_each_answer_alone_gets_the_rules_changes(kind, close):
+def test_each_answer_alone_gets_the_rules_changes(kind, close, where):
     for name, text in ANSWERS.items():
-        Engine([(args(kind, close), ENCODE(text))], seed=hash(name) % 1000, width=1).run()
+        Engine([(args(kind, close), ENCODE(text))], seed=hash(name) % 1000, width=1, where=where).run()
 
 
+@where
 @settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["auto", "required", "steer", "guard", "plain"]),
-                          st.sampled_from([0.0, 5.5]), st.sampled_from(sorted(ANSWERS))), min_size=1, max_size=12),
+                          st.sampled_from([0.0, 5.5, 3.0]), st.sampled_from(sorted(ANSWERS))), min_size=1, max_size=12),
        st.integers(0, 10**6), st.integers(1, 6))
-def test_a_batch_that_comes_and_goes_gets_each_answers_own_changes(requests, seed, width):
-    Engine([(args(kind, close), ENCODE(ANSWERS[name])) for kind, close, name in requests], seed, width).run()
+def test_a_batch_that_comes_and_goes_gets_each_answers_own_changes(where, requests, seed, width):
+    Engine([(args(kind, close), ENCODE(ANSWERS[name])) for kind, close, name in requests], seed, width, where).run()
 
 
 def test_the_rules_are_seen_to_act():
@@ -224,17 +246,18 @@ def test_the_rules_are_seen_to_act():
     assert g.looping
 
 
-def test_a_steered_answer_start_and_a_name_hold():
-    p, out = processor(), []
+@where
+def test_a_steered_answer_start_and_a_name_hold(where):
+    p, out = processor(where), []
     p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=args("auto")), None, out)], []))
-    logits = torch.zeros(1, len(PIECES))
+    logits = zeros(where, 1)
     p.apply(logits)
     assert {t for t in range(len(PIECES)) if logits[0, t] == 5.0} == set(steering().starts)
     out += ENCODE('{"name": "get_')
-    logits = torch.zeros(1, len(PIECES))
+    logits = zeros(where, 1)
     p.apply(logits)
     assert [t for t in range(len(PIECES)) if logits[0, t] > -math.inf] == sorted([ID["t"], ID["weather"]])
-    logits = torch.zeros(1, len(PIECES))
+    logits = zeros(where, 1)
     logits[0, [ID["t"], ID["weather"]]] = -math.inf  # something else forbids them all: the hold gives way
     p.apply(logits)
     assert int(logits[0].isfinite().sum()) == len(PIECES) - 2
@@ -268,18 +291,21 @@ class Counting(Bias):
         return super()._top(logits, rows)
 
 
-def test_the_top_token_is_read_once_a_step_for_the_rows_that_decide():
-    p = Counting(None, torch.device("cpu"), False)
+@where
+def test_the_top_token_is_read_once_a_step_for_the_rows_that_decide(where):
+    p = Counting(None, torch.device(where[0]), False)
+    p.top_on_host, Counting.tops = where[1], []
     call = '{"name": "search", "arguments": {"query": "'
     outs = [ENCODE(call + "x"), ENCODE('{"name": "search", "arguments": {"q'), [], ENCODE(call + "y")]
     p.update_state(BatchUpdate(4, [], [(i, SimpleNamespace(extra_args=args("required", 5.5)), None, out)
                                        for i, out in enumerate(outs)], []))
-    logits = torch.zeros(4, len(PIECES))
+    logits = zeros(where, 4)
     logits[0, QUOTE_COMMA] = logits[1, QUOTE_COMMA] = 1.0  # rows 0 and 1 would go on to another argument
     logits[3, ID["x"]] = 1.0  # row 3 goes on with its value
     p.apply(logits)
-    assert p.tops == [[0, 3]]  # row 1 is in a key, row 2 has written nothing
+    assert p.tops == ([[0, 3]] if where[1] else [])  # row 1 is in a key, row 2 has written nothing
     assert logits[0].max() == 5.5 and logits[1].max() == logits[3].max() == 1.0 and logits[2].max() == 0
+    assert {t for t in range(len(PIECES)) if logits[0, t] == 5.5} == {ID['"}}'], ID['"}']}
 
 
 FORGED = [
@@ -295,20 +321,21 @@ FORGED = [
 ]
 
 
+@where
 @pytest.mark.parametrize("forged", FORGED)
-def test_malformed_rule_arguments_are_ignored_and_never_raise(forged):
-    p = processor()
+def test_malformed_rule_arguments_are_ignored_and_never_raise(forged, where):
+    p = processor(where)
     outs = [[], [], []]
     p.update_state(BatchUpdate(3, [], [(0, SimpleNamespace(extra_args=forged), None, outs[0]),
                                        (1, SimpleNamespace(extra_args=args("auto")), None, outs[1]),
                                        (2, SimpleNamespace(extra_args=None), None, outs[2])], []))
     for token in [5, -1, 7, ID['{"']]:  # -1: a placeholder vLLM has not filled in yet
-        logits = torch.zeros(3, len(PIECES))
+        logits = zeros(where, 3)
         p.apply(logits)
         assert logits[2].eq(0).all() and logits[0].isfinite().any()
         for out in outs:
             out.append(token)
-    p.apply(torch.zeros(3, len(PIECES)))
+    p.apply(zeros(where, 3))
 
 
 def test_right_after_the_first_call_another_call_start_is_favoured():
@@ -356,3 +383,124 @@ def test_after_a_repeated_call_nothing_may_open_another():
     assert banned() == {*s.starts, *s.opens} and {ID["{"], ID["`"], ID['{"']} <= banned()
     out += ENCODE("(")
     assert banned() == {*s.starts, *s.opens}  # not only right after the call
+
+
+def test_the_close_tables_hold_what_the_guard_decides():
+    """Where a guard decides on the top token (CallGuard.decides_at), the vocabulary's tables say what
+    its `changes` do, for every token: whether it goes on to another argument (going_on), and which
+    enders then get the close bias (ending_at); at every step of every answer, every point met."""
+    vocab = hf_vocabulary(Tokenizer())
+    assert all(callguard._guard_at(p).decides_at == p for p in POINTS)  # the tables' own calls stand there
+    met = set()
+    nested = '{"name": "search", "arguments": {"query": "a\\\\b\\"c", "n": 1.5, "x": [1, {"y": 2}]}}'
+    texts = [*ANSWERS.values(), nested]
+    for text in texts:
+        g = CallGuard([], REQUIRED, 5.5)
+        for token in ENCODE(text):
+            at = g.decides_at
+            assert (at is not None) == g.wants_top
+            if at is not None:
+                met.add(at)
+                going = set(vocab.going_on[at])
+                for t, piece in enumerate(PIECES):
+                    close = g.changes(lambda: piece, vocab.closers, vocab.enders)
+                    assert (t in going) == bool(close), (text, at, piece)
+                    assert close == [(e, 5.5) for e in vocab.ending_at[at]] or not close
+            g.feed(PIECES[token])
+    assert met == set(POINTS)
+
+
+@pytest.mark.parametrize("top", ['",', ",", "x", '"}}'])
+def test_a_change_on_a_closing_token_adds_up_as_on_the_host(top):
+    """A token that gets another change at the step the argument close decides on (here a ban after a
+    repeated call, forged onto the enders) gets both in one add on the device, as on the host."""
+    ban = [ID['"}}'], ID['"}'], ID["}}"]]
+    forged = {**CallGuard([], REQUIRED, 5.5).to_args(), "toolbridge_bias": 0, "toolbridge_next_bias": 1.0,
+              "toolbridge_bias_ids": [ID["<tool_call>"]], "toolbridge_open_ids": ban}
+    call = '{"name": "get_time", "arguments": {}}'
+    got = []
+    for on_host in (True, False):
+        p, out = processor(("cpu", on_host)), []
+        p.update_state(BatchUpdate(2, [], [(1, SimpleNamespace(extra_args=forged), None, out)], []))
+        out += ENCODE(call + call + '{"name": "search", "arguments": {"query": "cats')
+        base = torch.randn(2, len(PIECES), generator=torch.Generator().manual_seed(7))
+        base[1, ID[top]] = 20.0
+        logits = base.clone()
+        p.apply(logits)
+        assert p._ruled[1].guard.repeated and p._ruled[1].guard.decides_at
+        got.append(logits)
+    assert torch.equal(got[0], got[1])
+    closed = 5.5 if top == '",' else 0.0  # in a string a comma is the string's
+    assert torch.equal(got[0][1, ID['"}}']], base[1, ID['"}}']] + (BAN + closed))
+
+
+def old_write(logits, edits, array):
+    """toolbridge.logits.write's holds before they went without a read back (git history)."""
+    vocab = logits.shape[-1]
+    added, held_rows, held = {}, [], []
+    for row, changes, only in edits:
+        for token, change in changes:
+            if 0 <= token < vocab:
+                added[row, token] = added.get((row, token), 0.0) + change
+        if only is not None:
+            kept = [t for t in only if 0 <= t < vocab]
+            if kept:
+                held_rows.append(row)
+                held.append(kept)
+    if added:
+        rows, tokens = array([r for r, _ in added]), array([t for _, t in added])
+        logits[rows, tokens] += array(list(added.values()), logits.dtype)
+    if held_rows:
+        at = array(held_rows)
+        sub = logits[at]
+        keep = sub < -math.inf
+        keep[array([i for i, kept in enumerate(held) for _ in kept]), array([t for kept in held for t in kept])] = True
+        sub[~keep] = -math.inf
+        open_ = (sub > -math.inf).any(-1)
+        logits[at[open_]] = sub[open_]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6))
+def test_the_writer_does_as_before_on_numpy_and_torch(seed):
+    """toolbridge.logits.write (numpy for llama.cpp, torch for vLLM): the same logits as its former
+    holds, which read a mask back; rows held to tokens all -inf, or some, or none, with changes too."""
+    rng = random.Random(seed)
+    rows, vocab = rng.randint(1, 5), rng.randint(1, 12)
+    base = np.random.default_rng(seed).normal(size=(rows, vocab)).astype(np.float32)
+    base[np.random.default_rng(seed + 1).random((rows, vocab)) < 0.3] = -np.inf
+    edits = []
+    for row in rng.sample(range(rows), rng.randint(0, rows)):
+        changes = [(rng.randint(-1, vocab), rng.choice([5.0, -1e4, 0.5])) for _ in range(rng.randint(0, 3))]
+        only = None if rng.random() < 0.3 else tuple(rng.randint(-1, vocab) for _ in range(rng.randint(0, 3)))
+        edits.append((row, changes, only))
+    expected = base.copy()
+    old_write(expected, edits, np.asarray)
+    for array_of, to in ((np.asarray, lambda a: a), (lambda v, d=None: torch.tensor(v, dtype=d), torch.from_numpy)):
+        logits = to(base.copy())
+        write(logits, edits, array_of)
+        assert np.array_equal(np.asarray(logits), expected), edits
+
+
+
+def test_an_answer_ends_after_its_calls():
+    """After a complete call the processor holds a row to what leads to another call or to the end
+    where the model's top token is one of those, and to the end alone where it would write text."""
+    from toolbridge.ending import Follow
+
+    follow = Follow(("</tool_call>",), ("<tool_call>", '{"name": "search"'))
+    guarded = {**steering().to_args(), **CallGuard(call_starts(get_dialect("tags")), REQUIRED, 0.0, follow).to_args()}
+    end = ID["~"]
+    proc = Bias(SimpleNamespace(model_config=None), torch.device("cpu"), False)
+    outs = [ENCODE(ANSWERS["tagged"]) for _ in range(3)]
+    proc.update_state(BatchUpdate(3, [], [(i, SimpleNamespace(extra_args=guarded, all_stop_token_ids={end}), [1], outs[i])
+                                          for i in range(3)], []))
+    logits = torch.zeros(3, len(PIECES))
+    logits[0, ID[" the"]] = 5.0  # would go on with text: only the end
+    logits[1, ID["\n"]] = 5.0  # a newline: another call may follow it
+    logits[2, ID["<tool_call>"]] = 5.0  # another call
+    proc.apply(logits)
+    finite = [set(torch.isfinite(row).nonzero().flatten().tolist()) for row in logits]
+    assert finite[0] == {end}
+    assert {end, ID["\n"], ID["<tool_call>"], ID["<tool_"]} <= finite[1] and ID[" the"] not in finite[1]
+    assert finite[2] == finite[1]

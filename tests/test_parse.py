@@ -99,8 +99,9 @@ def test_content_around_calls_has_no_markers():
             "</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": {\"query\": \"Rome\"}}\n</tool_call>\n"
             "Back soon.")
     content, got = calls(text)
-    assert content == "I'll check both.\nBack soon."
+    assert content == "I'll check both."  # text after the calls is not content
     assert got == PARIS + [("search", {"query": "Rome"})]
+    assert calls(text, end_after_calls=False) == ("I'll check both.\nBack soon.", got)
 
 
 def test_parallel_list_and_fenced_list():
@@ -123,7 +124,8 @@ def test_a_call_that_repeats_an_earlier_one_is_the_last():
     repeat is read and dropped, in any form (here pretty-printed in a fence), text aside."""
     call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>\n'
     later = '```json\n{\n  "name": "search",\n  "arguments": {"query": "x"}\n}\n```\nDone.'
-    assert calls(call + call + later) == ("Done.", PARIS + PARIS)
+    assert calls(call + call + later) == (None, PARIS + PARIS)
+    assert calls(call + call + later, end_after_calls=False) == ("Done.", PARIS + PARIS)
     other = call.replace("Paris", "Rome")
     assert calls(call + other + later)[1] == PARIS + [("get_weather", {"city": "Rome"}), ("search", {"query": "x"})]
 
@@ -276,7 +278,8 @@ def test_turn_markers_end_the_answer(marker):
     assert calls("Sunny." + marker + "user\nhi " + CALL) == ("Sunny.", [])
     assert calls("Sunny.\n" + marker) == ("Sunny.", [])
     assert calls(CALL + marker + "\n" + CALL) == (None, PARIS)
-    assert calls(CALL + "\nDone. " + marker + " more") == ("Done.", PARIS)
+    assert calls(CALL + "\nDone. " + marker + " more") == (None, PARIS)
+    assert calls(CALL + "\nDone. " + marker + " more", end_after_calls=False) == ("Done.", PARIS)
     assert calls(marker + CALL) == (None, [])
 
 
@@ -309,12 +312,12 @@ def test_history_markup_false_positives(text):
 def test_prose_result_markers_after_a_call():
     assert calls(CALL + " Result of get_weather: 20") == (None, PARIS)  # anywhere once a call has started
     assert calls(CALL + "\nObservation: 20") == (None, PARIS)
-    assert calls(CALL + "\nThe Observation is 20.") == ("The Observation is 20.", PARIS)  # Observation: line start
+    assert calls(CALL + "\nThe Observation is 20.", end_after_calls=False) == ("The Observation is 20.", PARIS)
 
 
 def test_stray_close_marker_is_dropped():
     assert calls("Done.</tool_call>") == ("Done.", [])
-    assert calls(CALL + "\n</tool_call>\nDone.") == ("Done.", PARIS)
+    assert calls(CALL + "\n</tool_call>\nDone.", end_after_calls=False) == ("Done.", PARIS)
     # the close of an open marker that was content stays with it
     assert calls("Write <tool_call> then </tool_call>.") == ("Write <tool_call> then </tool_call>.", [])
 
@@ -324,7 +327,8 @@ def test_history_markup_in_released_and_joined_content():
     assert calls('{"answer": "<|im_end|>"}') == ('{"answer": "', [])
     assert calls("Action: fly<|im_end|>\nAction Input: {}") == ("Action: fly", [])
     assert calls("[[INST]] hi") == ("[", [])
-    assert calls("a <|" + CALL + "im_end|> b") == ("a ", PARIS)  # content already out is not taken back
+    assert calls("a <|" + CALL + "im_end|> b", end_after_calls=False) == ("a ", PARIS)  # what is out stays out
+    assert calls("a <|" + CALL + "im_end|> b") == ("a <|", PARIS)  # after a call nothing can complete the markup
     assert calls("<|</tool_call>im_end|>") == (None, [])
 
 

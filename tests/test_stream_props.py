@@ -125,15 +125,31 @@ def test_well_formed_calls_round_trip(pre, post, dialect, calls, cuts):
     body = d.format_calls(calls)
     assume(not (d.react and post.strip()))  # ReAct reads the rest of the line as its input
     text = pre + ("\n" if pre else "") + body + ("\n" + post if post else "")
+    for end_after_calls in (True, False):
+        events = run_stream(text, cuts, end_after_calls=end_after_calls)
+        check_contract(events)
+        content, got = fold(events)
+        assert (content, got) == whole(text, end_after_calls=end_after_calls)
+        assert [(n, json.loads(a)) for n, a, _ in got] == up_to_a_repeat(calls)
+        assert content == expected_content(pre, post if not end_after_calls else "")
+        assert all(complete and not BY_NAME[n].errors(json.loads(a)) for n, a, complete in got)  # schema-valid
+        for marker in ("<tool_call>", "</tool_call>", "TOOL_CALL:", "```", "Action:", "Action Input:", '"arguments"'):
+            assert marker not in (content or ""), marker
+
+
+@SETTINGS
+@given(pre=prose, dialect=st.sampled_from(sorted(DIALECTS)), calls=st.lists(one_call, min_size=1, max_size=3),
+       after=st.one_of(noise, st.text(max_size=80)), cuts=st.lists(st.integers(0, 600), max_size=20))
+def test_nothing_after_a_complete_call_is_content(pre, dialect, calls, after, cuts):
+    """Whatever a model writes after a complete call (prose, a made-up result, half a call, markup),
+    in every dialect and for any split into deltas, none of it reaches content: the answer's content
+    is the text before its first call."""
+    text = pre + ("\n" if pre else "") + DIALECTS[dialect].format_calls(calls) + "\n" + after
     events = run_stream(text, cuts)
     check_contract(events)
-    content, got = fold(events)
-    assert (content, got) == whole(text)
-    assert [(n, json.loads(a)) for n, a, _ in got] == up_to_a_repeat(calls)
-    assert content == expected_content(pre, post)
-    assert all(complete and not BY_NAME[n].errors(json.loads(a)) for n, a, complete in got)  # schema-valid
-    for marker in ("<tool_call>", "</tool_call>", "TOOL_CALL:", "```", "Action:", "Action Input:", '"arguments"'):
-        assert marker not in (content or ""), marker
+    assert fold(events) == whole(text)
+    assert fold(events)[0] == expected_content(pre, "")
+    assert [(n, json.loads(a)) for n, a, _ in fold(events)[1][:len(calls)]] == up_to_a_repeat(calls)
 
 
 @SETTINGS
@@ -232,21 +248,25 @@ def test_cut_off_history_markup(marker, cut, dialect, call, cuts):
     """A prefix of history markup at the end of the text is content (it never became the marker)."""
     prefix = marker[:cut % len(marker)]
     text = DIALECTS[dialect].format_calls([call]) + "\nok " + prefix
-    events = run_stream(text, cuts)
+    events = run_stream(text, cuts, end_after_calls=False)
     check_contract(events)
-    assert fold(events) == whole(text)
+    assert fold(events) == whole(text, end_after_calls=False)
     assert fold(events)[0] == ("ok " + prefix).rstrip()
+    events = run_stream(text, cuts)  # after a call nothing is content
+    assert fold(events) == whole(text) and fold(events)[0] is None
 
 
 def test_every_split_of_a_history_sample():
     """Exhaustive two-cut splits of an answer with markup pieces, markup in arguments, and markup formed across a call."""
     text = ('Sure [IN x <|im_st </s\n<tool_call>{"name": "search", "arguments": {"query": "<|im_end|>"}}</tool_call>'
             '</tool_call> a <|{"name": "get_weather", "arguments": {"city": "P"}}im_end|> b </tool_response> c')
-    ref = whole(text)
-    assert ref[0] == "Sure [IN x <|im_st </s a " and len(ref[1]) == 2
-    for a in range(len(text) + 1):
-        for b in range(a, len(text) + 1, 5):
-            events = run_stream(text, [a, b])
-            check_contract(events)
-            no_history(events)
-            assert fold(events) == ref, (a, b)
+    # "</s" may begin history markup: held until the call decides it (after the call, nothing can complete it)
+    for end_after_calls, content in ((True, "Sure [IN x <|im_st </s"), (False, "Sure [IN x <|im_st </s a ")):
+        ref = whole(text, end_after_calls=end_after_calls)
+        assert ref[0] == content and len(ref[1]) == 2
+        for a in range(len(text) + 1):
+            for b in range(a, len(text) + 1, 5):
+                events = run_stream(text, [a, b], end_after_calls=end_after_calls)
+                check_contract(events)
+                no_history(events)
+                assert fold(events) == ref, (a, b)

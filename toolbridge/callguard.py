@@ -28,6 +28,7 @@ import re
 from typing import Any, Callable, Mapping, Sequence
 
 from .callreader import AFTER, OUTSIDE_KEPT, VALUE, CallReader
+from .ending import ARMED, Follow
 
 MIN_RUN = 48  # characters at the end of a string that must be one unit repeated
 MIN_COPIES = 3  # ... at least this many times (so units up to MIN_RUN // MIN_COPIES at MIN_RUN)
@@ -36,6 +37,7 @@ CLOSE_BIAS = 100.0  # added to the closing tokens' logits: finite, so a grammar'
 
 ARG_GUARD = "toolbridge_call_guard"  # per-request argument: the call starts ([]: armed at once)
 ARG_CLOSE = "toolbridge_close"  # per-request argument: [bias, {tool: its required arguments}]
+ARG_FOLLOW = "toolbridge_follow"  # per-request argument: [closes, triggers] (toolbridge.ending.Follow)
 
 # What may follow a call before another one starts: whitespace, and closing markup whole or begun (a
 # dialect's end tag such as `</tool_call>`, a code fence).
@@ -87,7 +89,7 @@ class CallGuard:
     so taken as given)."""
 
     def __init__(self, starts: Sequence[str] = (), required: Mapping[str, Sequence[str]] | None = None,
-                 close_bias: float = 0.0):
+                 close_bias: float = 0.0, follow: Follow | None = None):
         self.starts = tuple(s for s in starts if s)
         self.firsts = "".join(dict.fromkeys(s[0] for s in self.starts))  # a start begins with one of these
         self.armed = not self.starts  # no starts: the whole answer is a call
@@ -95,11 +97,15 @@ class CallGuard:
         self.reader = CallReader()
         self.required = required or {}
         self.close_bias = float(close_bias)
+        self.follow = follow  # what may follow a complete call (toolbridge.ending); None: anything
+        self.tail: str | None = None  # the text after the last complete call, until another call is armed
 
     def to_args(self) -> dict:
         args: dict[str, Any] = {ARG_GUARD: list(self.starts)}
         if self.close_bias:
             args[ARG_CLOSE] = [self.close_bias, self.required]
+        if self.follow is not None:
+            args[ARG_FOLLOW] = [list(self.follow.closes), list(self.follow.triggers)]
         return args
 
     @classmethod
@@ -112,15 +118,32 @@ class CallGuard:
             return None
         try:
             bias, required = args.get(ARG_CLOSE) or (0.0, {})
+            follow = args.get(ARG_FOLLOW)
+            if follow is not None:
+                follow = Follow(tuple(str(c) for c in follow[0]), tuple(str(t) for t in follow[1]))
             return cls([str(s) for s in starts], {str(n): [str(k) for k in keys] for n, keys in required.items()},
-                       float(bias))
-        except (TypeError, ValueError, AttributeError):
+                       float(bias), follow)
+        except (TypeError, ValueError, AttributeError, IndexError, KeyError):
             return None
 
     def feed(self, text: str) -> None:
         if not self.armed:
             text = self._arm(text)
+        calls = self.reader.calls
         self.reader.feed(text)
+        if self.follow is not None:
+            self._follow(text, calls)
+
+    def _follow(self, text: str, calls: int) -> None:
+        """Keep the text after the last complete call (`tail`) while it decides what may follow."""
+        if self.reader.calls != calls:
+            self.tail = text[text.rfind("}") + 1:]
+        elif self.tail is None:
+            return
+        else:
+            self.tail += text
+        if self.follow.state(self.tail)[0] == ARMED:
+            self.tail = None  # another call: its constraint speaks until it is complete
 
     def _arm(self, text: str) -> str:
         """The part of `text` from the first call start on (all of it is then read), or ''."""
@@ -211,3 +234,41 @@ class CallGuard:
             if not r.in_arguments:
                 return "end"
         return None
+
+    @property
+    def decides_at(self) -> str | None:
+        """Where `changes` decides on the model's top token (`wants_top`): one of POINTS (after a
+        value at the arguments' level, in a string value there, right after a backslash in one), or
+        None. From each point a token's text goes on or ends the arguments alike in every call (the
+        reader holds nothing else that `_next` reads there), so an engine can tabulate both once per
+        vocabulary (`goes_on`, `ending_at`) and decide the argument close on its device."""
+        if not self.wants_top:
+            return None
+        r = self.reader
+        return (ESCAPED if r.escape else IN_STRING) if r.in_string else AFTER_VALUE
+
+
+AFTER_VALUE, IN_STRING, ESCAPED = "after value", "in string", "escaped"
+POINTS = (AFTER_VALUE, IN_STRING, ESCAPED)  # CallGuard.decides_at, in the order of an engine's tables
+_AT = {AFTER_VALUE: '{"name": "f", "arguments": {"k": 0', IN_STRING: '{"name": "f", "arguments": {"k": "v',
+       ESCAPED: '{"name": "f", "arguments": {"k": "v\\'}  # a call that stands at each point
+
+
+def _guard_at(point: str) -> CallGuard:
+    guard = CallGuard([], {"f": []}, 1.0)
+    guard.feed(_AT[point])
+    return guard
+
+
+def goes_on(texts: Sequence[str], point: str) -> tuple[int, ...]:
+    """The tokens (ids into `texts`, each token's text) that go on to another argument from `point`
+    (CallGuard.decides_at): where the model's top token is one of them, `changes` adds the close
+    bias to the enders that end the arguments there (`ending_at`). Only a text with a comma can."""
+    guard = _guard_at(point)
+    return tuple(t for t, text in enumerate(texts) if "," in text and guard._next(text) == "more")
+
+
+def ending_at(ending: Sequence[tuple[int, str]], point: str) -> tuple[int, ...]:
+    """The tokens of `ending` (`changes`' enders, with their texts) that end the arguments from `point`."""
+    guard = _guard_at(point)
+    return tuple(t for t, text in ending if guard.ends(text))

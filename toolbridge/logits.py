@@ -18,20 +18,38 @@ import math
 from typing import Any, Callable, Sequence
 
 from .callguard import CallGuard
+from .ending import Ending
 from .steer import Steering
 
 Change = tuple[int, float]
 Edit = tuple[int, Sequence[Change], Sequence[int] | None]  # a row, its changes, its held tokens
 
 
+class Gated(tuple):
+    """A hold that stands where the row's top token, once its changes are added, is one of its
+    tokens; elsewhere the row is held to `otherwise`. After a call, the answer goes on (another
+    call, whitespace, closing markup) only where the model itself goes on that way; where it would
+    write anything else, it ends (`otherwise`: the end tokens)."""
+
+    otherwise: tuple[int, ...]
+
+    def __new__(cls, tokens: Sequence[int], otherwise: Sequence[int]) -> "Gated":
+        held = super().__new__(cls, tokens)
+        held.otherwise = tuple(otherwise)
+        return held
+
+
 def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallGuard | None,
-                  top: Callable[[], str], closers: Sequence[int],
-                  enders: Sequence[tuple[int, str]]) -> tuple[list[Change], tuple[int, ...] | None]:
+                  top: Callable[[], str], closers: Sequence[int], enders: Sequence[tuple[int, str]],
+                  ending: Ending | None = None, ends: Sequence[int] = ()) -> tuple[list[Change], tuple[int, ...] | None]:
     """(token, logit change) for the next token, and the tokens it is held to (None: any), given
     the answer's tokens so far (`answer`) and the guard that has read its text; `top()`: the text of
     the model's highest-ranked next token, asked only where the guard decides on it
     (`CallGuard.wants_top`). Steering speaks within its horizon, right after a call (its next-call
-    bias) and anywhere after a repeated call (no call starts), the guard once it is armed."""
+    bias) and anywhere after a repeated call (no call starts), the guard once it is armed. After a
+    complete call, the answer is held to what may lead to another call or to its end, where the
+    model's top choice is one of those, else to its end (a `Gated` hold; `ending`: the guard's Follow
+    in this vocabulary's tokens, toolbridge.ending; `ends`: the engine's end tokens)."""
     changes: list[Change] = []
     only = None
     if steering is not None and len(answer) < steering.horizon:
@@ -42,6 +60,10 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallG
             guarded = [*guarded, *steering.after_call(guard.called, guard.repeated)]
         if guarded:
             changes = [*changes, *guarded]
+        if ending is not None and guard.tail is not None:
+            allowed = ending.allowed(guard.tail)
+            if allowed is not None:
+                only = Gated((*ends, *allowed), ends) if allowed else tuple(ends)
     return changes, only
 
 
@@ -59,11 +81,14 @@ def write(logits: Any, edits: Sequence[Edit], array: Callable[..., Any]) -> None
     added (changes to one token add up), then each held row's other tokens set to -inf where one of
     its held tokens at least is finite (else something else forbids them all, and the row is left as
     it is). Token ids outside the logits are skipped (they may come from a request's arguments).
-    `array(values, dtype=None)`: the engine's array of a list (indexes, or values in `dtype`)."""
+    `array(values, dtype=None)`: the engine's array of a list (indexes, or values in `dtype`).
+    On torch tensors nothing is read back (masks and indexed writes only): on a GPU it queues its work
+    and never waits for the device. Numpy arrays (llama.cpp's, on the host) index with the mask."""
     vocab = logits.shape[-1]
     added: dict[tuple[int, int], float] = {}
     held_rows: list[int] = []
     held: list[list[int]] = []
+    gates: list[tuple[int, list[int]]] = []  # (index in held, the tokens held to where the top is not held)
     for row, changes, only in edits:
         for token, change in changes:
             if 0 <= token < vocab:
@@ -71,6 +96,8 @@ def write(logits: Any, edits: Sequence[Edit], array: Callable[..., Any]) -> None
         if only is not None:
             kept = [t for t in only if 0 <= t < vocab]
             if kept:
+                if isinstance(only, Gated):
+                    gates.append((len(held), [t for t in only.otherwise if 0 <= t < vocab]))
                 held_rows.append(row)
                 held.append(kept)
     if added:
@@ -81,6 +108,26 @@ def write(logits: Any, edits: Sequence[Edit], array: Callable[..., Any]) -> None
         sub = logits[at]
         keep = sub < -math.inf  # all false, of the engine's own kind
         keep[array([i for i, kept in enumerate(held) for _ in kept]), array([t for kept in held for t in kept])] = True
-        sub[~keep] = -math.inf
-        open_ = (sub > -math.inf).any(-1)
-        logits[at[open_]] = sub[open_]
+        if gates:
+            _gate(sub, keep, gates, array)
+        if hasattr(sub, "masked_fill_"):  # torch: masks on the device, none read back to index with
+            open_ = (sub > -math.inf).logical_and_(keep).any(-1, keepdim=True)  # a held token is still finite
+            sub.masked_fill_(keep.logical_not_().logical_and_(open_), -math.inf)
+            logits[at] = sub
+        else:  # numpy: on the host already
+            sub[~keep] = -math.inf
+            open_ = (sub > -math.inf).any(-1)
+            logits[at[open_]] = sub[open_]
+
+
+def _gate(sub: Any, keep: Any, gates: Sequence[tuple[int, list[int]]], array: Callable[..., Any]) -> None:
+    """Gated holds (`Gated`): where the row's top token (its changes added) is not held, hold the row
+    to its `otherwise` tokens instead. On the device: the top is compared there, not read back."""
+    rows = array([i for i, _ in gates])
+    top = sub[rows].argmax(-1)
+    stays = keep[rows, top][:, None]
+    other = sub[rows] < -math.inf
+    pairs = [(k, t) for k, (_, tokens) in enumerate(gates) for t in tokens]
+    if pairs:
+        other[array([k for k, _ in pairs]), array([t for _, t in pairs])] = True
+    keep[rows] = (keep[rows] & stays) | (other & ~stays)

@@ -30,6 +30,10 @@ From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp 
 - `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
   favoured when the model would go on to an optional argument after every required one
   (toolbridge.callguard); 0 turns it off.
+- `tb_end_after_calls` / TOOLBRIDGE_END_AFTER_CALLS: an answer ends after its calls: once a call is
+  complete, only another call or the end of the turn may follow (the engines hold the next tokens
+  to those, toolbridge.callguard.CallGuard.ending; the parser shows no text after a call). `false`
+  lets text after calls through, as content. The same default for every kind of model.
 - `tb_example`, `tb_system_role`: what the template prelude shows (toolbridge.render): the call
   example (default on), the system turn (default: as the stock template supports it);
   `tb_template`: the llama.cpp adapter's choice of stock template.
@@ -43,7 +47,8 @@ from typing import Any, Mapping
 from .dialects import Dialect, get_dialect
 
 KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_result_bias", "tb_close_bias",
-        "tb_next_bias", "tb_unrelated_bias", "tb_again_bias", "tb_enough_bias", "tb_grounded")
+        "tb_next_bias", "tb_unrelated_bias", "tb_again_bias", "tb_enough_bias", "tb_grounded",
+        "tb_end_after_calls")
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ class Options:
     again_bias: float = 0.0
     enough_bias: float = 0.0
     grounded: bool = False  # an auto answer's first call must take its values from the conversation
+    end_after_calls: bool = True  # after a complete call, only another call or the end of the turn
     example: bool = True  # the prelude shows a call example
     system_role: bool | None = None  # the prelude's tools go in a system turn (None: as the template allows)
     template: str | None = None  # llama.cpp: the stock template's source (None: the model's own)
@@ -124,6 +130,7 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
                    _number(kwargs, env, "tb_again_bias", defaults.again_bias),
                    _number(kwargs, env, "tb_enough_bias", defaults.enough_bias),
                    _flag(kwargs, env, "tb_grounded", defaults.grounded),
+                   _flag(kwargs, env, "tb_end_after_calls", True),
                    example=kwargs.get("tb_example", True) is not False,
                    system_role=None if system_role is None else bool(system_role),
                    template=kwargs.get("tb_template") or None)

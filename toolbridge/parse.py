@@ -30,9 +30,10 @@ def collect(events: Iterable[Event]) -> ParseResult:
 
 def parse(text: str, tools: Sequence[Any], *, choice: ToolChoice | None = None,
           max_calls: int | None = None, id_factory: Callable[[], str] = new_call_id,
-          dialects: Iterable[Dialect] | None = None) -> ParseResult:
+          dialects: Iterable[Dialect] | None = None, end_after_calls: bool = True) -> ParseResult:
     """Parse a finished answer: content with no markers in it, and the calls that name a declared tool."""
-    p = StreamParser(tools, choice=choice, max_calls=max_calls, id_factory=id_factory, dialects=dialects)
+    p = StreamParser(tools, choice=choice, max_calls=max_calls, id_factory=id_factory, dialects=dialects,
+                     end_after_calls=end_after_calls)
     return collect(p.feed(text) + p.finish())
 
 

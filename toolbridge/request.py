@@ -34,6 +34,7 @@ from .errors import BadRequest
 from .events import ToolCall, new_call_id
 from .grammar import Entry, call_starts, entries
 from .callguard import CallGuard
+from .ending import Follow, closes
 from .options import Options, resolve
 from .parse import ParseResult, parse
 from .grounding import conversation_marks, invented
@@ -223,21 +224,35 @@ class ToolRequest:
         if self.mode not in (STRICT, LAZY):
             return None
         required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
-        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.options.close_bias)
+        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.options.close_bias,
+                         self.follow)
+
+    @property
+    def follow(self) -> Follow | None:
+        """What may follow an `auto` answer's complete call (toolbridge.ending): its closing markup,
+        then another call's trigger where parallel calls are allowed, or the end; None where the
+        answer is not ended after its calls (the option is off; strict answers end by their grammar)."""
+        if self.mode != LAZY or not self.options.end_after_calls:
+            return None
+        d = self.dialect
+        return Follow(closes(d.close, d.calls_close), tuple(e.trigger for e in self.entries) if self.parallel else ())
 
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
-        return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory)
+        return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory,
+                            end_after_calls=self.options.end_after_calls)
 
     def parse(self, text: str) -> ParseResult:
-        return parse(text, self.tools, choice=self.choice, max_calls=self.max_calls)
+        return parse(text, self.tools, choice=self.choice, max_calls=self.max_calls,
+                     end_after_calls=self.options.end_after_calls)
 
-    def finish_reason(self, calls: int, truncated: bool) -> str:
+    def finish_reason(self, calls: Sequence[ToolCall], truncated: bool) -> str:
         """OpenAI's: `length` when cut off, `tool_calls` for calls under auto or required,
         `stop` otherwise (a named choice too, as OpenAI answers it). A call that max_tokens cut off
         is returned as far as it was written (its arguments closed by repair), as it was streamed,
         with `length`: the client sees what the model wrote and that it is incomplete, as OpenAI
-        answers a cut-off call; an empty answer would say neither."""
-        if truncated:
+        answers a cut-off call; an empty answer would say neither. Where the answer ends after its
+        calls, a cut in the text after complete calls cut nothing the answer holds: `tool_calls`."""
+        if truncated and not (calls and calls[-1].complete and self.options.end_after_calls):
             return "length"
         return "tool_calls" if calls and self.choice.mode in ("auto", "required") else "stop"
 

@@ -15,6 +15,11 @@ dialects (dialects.py).
 Whitespace next to a call is not content: the run before a call is dropped, and so is the run
 after it unless content came before the call and comes after it too.
 
+After its first complete call, the answer may only go on with calls: text after a call is never
+content (a model without a tool template goes on to explain its call or to write its result
+itself, which no tool has produced); text before the first call stays content. `end_after_calls`
+False keeps such text, as it was before this rule.
+
 History markup (a tool result's marker or tags, a chat turn marker: markers.py) ends the answer
 wherever the model writes it; the rest of the text is dropped, and so is the whitespace before
 it. A call's close marker with no call open is dropped from content. A `markers.ContentGuard`
@@ -45,12 +50,12 @@ class StreamParser(react.ReactScanning):
     tools: the declared tools (OpenAI dicts or `Tool`s); only calls naming one of them count.
     choice: a named choice restricts calls to that tool. max_calls: 1 when parallel calls are
     off; later calls are read and dropped. id_factory: makes call ids. dialects: the formats
-    read (all of them by default).
+    read (all of them by default). end_after_calls: text after a complete call is not content.
     """
 
     def __init__(self, tools: Sequence[Any], *, choice: ToolChoice | None = None,
                  max_calls: int | None = None, id_factory: Callable[[], str] = new_call_id,
-                 dialects: Iterable[Dialect] | None = None):
+                 dialects: Iterable[Dialect] | None = None, end_after_calls: bool = True):
         allowed = {choice.name} if choice is not None and choice.mode == "named" and choice.name else None
         self.events: list[Event] = []
         self.book = CallBook(normalize_tools(tools), allowed, max_calls, id_factory, self.events, self._call_started)
@@ -72,6 +77,7 @@ class StreamParser(react.ReactScanning):
         self.body: CallObjectReader | None = None
         self.react: react.ReactReader | None = None
         self.finished = False
+        self.end_after_calls = end_after_calls
 
     # -- public -----------------------------------------------------------------------------
     def feed(self, delta: str) -> list[Event]:
@@ -101,9 +107,14 @@ class StreamParser(react.ReactScanning):
             if self.ws and not self.book.started:
                 self._text("")
             rest = self.guard.flush()
-            if rest:
+            if rest and not self._closed:
                 self.events.append(Content(rest))
         return self._take()
+
+    @property
+    def _closed(self) -> bool:
+        """Whether content is over: a call has ended, and text after calls is not content."""
+        return self.end_after_calls and bool(self.book.ended)
 
     # -- the loop -----------------------------------------------------------------------------
     def _take(self) -> list[Event]:
@@ -142,13 +153,14 @@ class StreamParser(react.ReactScanning):
                 t = self.ws + t
             self.ws = ""
         if t:
+            closed = self._closed  # text after a call is still read for history markup, not shown
             if self.guard.hold or self.near_end(t) is not None:
                 out, cut = self.guard.feed(t)
-                if out:
+                if out and not closed:
                     self.events.append(Content(out))
                 if cut:
                     self._end()
-            else:
+            elif not closed:
                 self.events.append(Content(t))
             self.content_emitted = True
             k = t.rfind("\n")
@@ -179,6 +191,10 @@ class StreamParser(react.ReactScanning):
     def _call_started(self) -> None:
         self.ws = ""  # whitespace before a call is not content
         self.unclosed = ""
+        if self.end_after_calls and not self._closed:  # no later content can complete markup held back
+            rest = self.guard.flush()
+            if rest:
+                self.events.append(Content(rest))
 
     def _content(self, s: str, i: int, final: bool) -> int:
         n = len(s)

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
 from .callguard import closers, enders
+from .ending import Ending, Follow
 from .logits import start_marks
 from .memo import Memo
 from .steer import Steering
@@ -30,6 +31,7 @@ class Vocabulary:
         self.size = size
         self.join = join or (lambda ids: "".join(map(self.text, ids)))  # several tokens -> their text
         self._marks: Memo[bytearray] = Memo(16)
+        self._endings: Memo[Ending] = Memo(16)
 
     @cached_property
     def texts(self) -> list[str]:
@@ -57,6 +59,13 @@ class Vocabulary:
         in such a token), then a 0 for the placeholder id -1."""
         return self._marks.get(firsts, lambda: start_marks(self.texts, firsts))
 
+    def ending(self, follow: Follow | None) -> Ending | None:
+        """What may follow a complete call (toolbridge.ending), in this vocabulary's tokens; kept per
+        Follow (a dialect's closing markup and a tool set's triggers)."""
+        if follow is None:
+            return None
+        return self._endings.get(follow, lambda: Ending.build(follow, self.texts))
+
     def steering(self, req: "ToolRequest") -> Steering:
         """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
         steering = req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias, req.next_bias),
@@ -65,6 +74,22 @@ class Vocabulary:
         if not req.asked:
             return steering
         return replace(steering, asked=req.asked, again=req.options.again_bias, enough=req.options.enough_bias)
+
+    @cached_property
+    def going_on(self) -> dict[str, tuple[int, ...]]:
+        """For each point where the argument close decides (toolbridge.callguard.POINTS), the tokens
+        that go on to another argument there: an engine decides the close from these on its device."""
+        from .callguard import POINTS, goes_on
+
+        return {p: goes_on(self.texts, p) for p in POINTS}
+
+    @cached_property
+    def ending_at(self) -> dict[str, tuple[int, ...]]:
+        """For each point where the argument close decides, the enders that end the arguments there
+        (the tokens the close bias goes to)."""
+        from .callguard import POINTS, ending_at
+
+        return {p: ending_at(self.enders, p) for p in POINTS}
 
 
 def hf_vocabulary(tokenizer: Any) -> Vocabulary:

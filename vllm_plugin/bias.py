@@ -15,11 +15,14 @@ Per step it costs what the batch needs, not what it holds:
 - the rule runs for the requests with steering in its horizon or an armed guard, each reading the
   text of its new token from the vocabulary's table of token texts (no tokenizer call);
 - all of the step's changes are written at once by the core's writer (toolbridge.logits.write: one
-  indexed add, the holds in one masked select), and the top token is read once, for the rows whose
-  guard decides on it.
+  indexed add, the holds in one masked select).
 Everything is decided on the CPU from the output token ids vLLM hands over (its lists, shared by
-reference, which it completes before logits processors run); the logits are only written, and read
-back at most once a step.
+reference, which it completes before logits processors run), except the argument close: where a
+guard decides on the model's top token (toolbridge.callguard.CallGuard.decides_at), the top is taken
+on the logits' device and looked up in the vocabulary's tables of the tokens that go on to another
+argument (Vocabulary.going_on), and the close bias is added where it does. On a GPU nothing is read
+back: the processor only queues work, and the engine's CPU work keeps overlapping the forward pass.
+On the CPU the top token is read directly (there is no device to wait for), the cheaper way there.
 """
 from __future__ import annotations
 
@@ -28,8 +31,9 @@ from typing import Any, Sequence
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.callguard import CallGuard
+from toolbridge.callguard import POINTS, CallGuard
 from toolbridge.logits import Edit, token_changes, write
+from toolbridge.ending import Ending
 from toolbridge.steer import Steering
 from toolbridge.vocab import Vocabulary, hf_vocabulary
 
@@ -37,9 +41,10 @@ from toolbridge.vocab import Vocabulary, hf_vocabulary
 class _Answer:
     """One request's rules and how far its guard has read its output."""
 
-    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks")
+    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks", "ending", "ends")
 
-    def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray):
+    def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray,
+                 ending: Ending | None = None, ends: tuple[int, ...] = ()):
         self.ids = ids  # vLLM's own list of the request's output token ids (it appends to it)
         self.steering = steering
         self.horizon = steering.horizon if steering is not None else 0
@@ -47,6 +52,8 @@ class _Answer:
         self.read = 0  # output tokens the guard has read
         self.forming = False  # unarmed guard: a call start may be forming at the end of its text
         self.marks = marks  # the tokens whose text may begin one of the guard's call starts
+        self.ending = ending  # what may follow a complete call, in the vocabulary's tokens (toolbridge.ending)
+        self.ends = ends  # the request's end tokens (end of sequence, the model's other end-of-turn tokens)
 
     @property
     def ruled(self) -> bool:
@@ -58,12 +65,52 @@ class _Answer:
         return self.guard is not None and not self.guard.armed
 
 
+def _end_tokens(params: Any) -> tuple[int, ...]:
+    """The tokens that end a request's answer: vLLM's stop token ids for it (the end of sequence unless
+    ignore_eos, the model's other end tokens, the request's stop_token_ids)."""
+    try:
+        return tuple(sorted(int(t) for t in getattr(params, "all_stop_token_ids", None) or ()))
+    except (TypeError, ValueError):
+        return ()
+
+
 def _unasked() -> str:
     """The top token's text where the guard does not decide on it (CallGuard.wants_top): never read."""
     return ""
 
 
+_POINT = {p: k for k, p in enumerate(POINTS)}
+_NEVER = len(POINTS)  # the row of `going` where no token goes on
+
+
+class _CloseTables:
+    """A vocabulary's argument-close tables on one device, for logits `width` wide: `going`, for each
+    decision point (toolbridge.callguard.POINTS) then each token, whether the token goes on to another
+    argument there (flat: point * width + token; a last row, _NEVER, all False); `tokens`, each
+    point's tokens that end the arguments, padded to one length with its first (written twice,
+    alike); `ends`, each point's ending tokens as a set."""
+
+    __slots__ = ("width", "going", "tokens", "ends")
+
+    def __init__(self, vocab: Vocabulary, width: int, device: torch.device, pin: bool):
+        self.width = width
+        going = torch.zeros((len(POINTS) + 1) * width, dtype=torch.bool, pin_memory=pin)
+        flat = [k * width + t for k, p in enumerate(POINTS) for t in vocab.going_on[p] if 0 <= t < width]
+        if flat:
+            going[flat] = True
+        ends = [tuple(t for t in vocab.ending_at[p] if 0 <= t < width) for p in POINTS]
+        self.ends = [frozenset(e) for e in ends]
+        m = max(map(len, ends))
+        tokens = torch.tensor([[*e, *(e[:1] or (0,)) * (m - len(e))] for e in ends], dtype=torch.long)
+        self.going, self.tokens = (t.to(device, non_blocking=True) for t in (
+            going, tokens.pin_memory() if pin else tokens))
+
+
 class CallBias(LogitsProcessor):
+    # Where the argument close reads the model's top token: None, on the host where the logits are
+    # on the CPU and on their device elsewhere; True or False forces one (the tests hold both alike).
+    top_on_host: bool | None = None
+
     def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool):
         self._model_config = getattr(vllm_config, "model_config", None)
         self._device = torch.device(device) if device is not None else torch.device("cpu")
@@ -73,6 +120,7 @@ class CallBias(LogitsProcessor):
         self._ruled: dict[int, _Answer] = {}  # ... which the rule may change at the next step
         self._vocab: Vocabulary | None = None
         self._no_text = False  # no tokenizer could be loaded
+        self._tables: dict[int, _CloseTables] = {}  # the close tables, per logits width
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -116,7 +164,8 @@ class CallBias(LogitsProcessor):
         marks = b""
         if guard is not None and not guard.armed:
             marks = self._vocab.marks(guard.firsts)
-        answer = _Answer(output_ids, steering, guard, marks)
+        ending = self._vocab.ending(guard.follow) if guard is not None else None
+        answer = _Answer(output_ids, steering, guard, marks, ending, _end_tokens(params) if ending is not None else ())
         return answer if answer.ruled or answer.watching else None
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
@@ -159,22 +208,24 @@ class CallBias(LogitsProcessor):
         vocab = self._vocab
         closers, enders = (vocab.closers, vocab.enders) if vocab is not None else ((), ())
         edits: list[Edit] = []
-        asks: list[int] = []  # rows whose guard decides on the model's top token
+        asks: list[tuple[int, str]] = []  # rows whose guard decides on the model's top token, and where
         silent: list[int] = []
         for row, a in ruled.items():
             guard = a.guard
             if guard is not None and guard.armed:  # the guard reads its call's new text
                 if len(a.ids) > a.read:
                     self._read(a)
-                if guard.close_bias and guard.wants_top:
-                    asks.append(row)
-                    continue
+                if guard.close_bias:
+                    at = guard.decides_at
+                    if at is not None:
+                        asks.append((row, at))
+                        continue
             elif len(a.ids) >= a.horizon:  # no call started, and steering has no more to say
                 silent.append(row)
                 continue
             else:
                 guard = None
-            changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders)
+            changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders, a.ending, a.ends)
             if changes or only is not None:
                 edits.append((row, changes, only))
         for row in silent:
@@ -182,12 +233,17 @@ class CallBias(LogitsProcessor):
                 del self._answers[row]
         if asks:
             asks.sort()
-            for row, top in zip(asks, self._top(logits, asks)):
-                a = ruled[row]
-                changes, only = token_changes(a.steering, a.ids, a.guard, lambda top=top: vocab.text(top),
-                                              closers, enders)
-                if changes or only is not None:
-                    edits.append((row, changes, only))
+            on_host = self.top_on_host if self.top_on_host is not None else logits.device.type == "cpu"
+            if on_host:
+                rows = [row for row, _ in asks]
+                for row, top in zip(rows, self._top(logits, rows)):
+                    a = ruled[row]
+                    changes, only = token_changes(a.steering, a.ids, a.guard, lambda top=top: vocab.text(top),
+                                                  closers, enders, a.ending, a.ends)
+                    if changes or only is not None:
+                        edits.append((row, changes, only))
+            else:
+                self._close_on_device(logits, asks, edits)
         if edits:
             write(logits, edits, self._tensor)
         return logits
@@ -231,8 +287,81 @@ class CallBias(LogitsProcessor):
         t = torch.tensor(data, dtype=dtype, pin_memory=self._pin)
         return t if self._device.type == "cpu" else t.to(self._device, non_blocking=True)
 
+    def _close_on_device(self, logits: torch.Tensor, asks: list[tuple[int, str]], edits: list[Edit]) -> None:
+        """The rule's changes for the rows whose guard decides on the top token (`asks`, ascending),
+        with the argument close decided on the logits' device: each row's other changes go to `edits`;
+        its top token is taken on the device, looked up in the table of the tokens that go on from its
+        decision point, and the close bias is added to the tokens that end the arguments there where
+        it goes on (0 elsewhere). Nothing is read back. A token that also has another change this step
+        (rare) gets both in one add, where(goes on, both, the other), as the host's sum."""
+        vocab, ruled = self._vocab, self._ruled
+        closers, enders = vocab.closers, vocab.enders
+        width = logits.shape[-1]
+        tables = self._tables.get(width)
+        if tables is None:
+            tables = self._tables[width] = _CloseTables(vocab, width, self._device, self._pin)
+        rows: list[int] = []  # the rows the close may change
+        offsets: list[int] = []  # ... where their point's row of `going` starts (_NEVER: the merged adds)
+        points: list[int] = []  # ... their row of `tokens`
+        biases: list[float] = []
+        merged: list[tuple[int, int, int, float, float]] = []  # (of rows, going offset, token, add if on, if not)
+        for row, at in asks:
+            a = ruled[row]
+            guard = a.guard
+            changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders, a.ending, a.ends)
+            k = _POINT[at]
+            ends = tables.ends[k]
+            if ends:  # else the close has nothing to add here
+                if changes and not ends.isdisjoint(t for t, _ in changes):
+                    other: dict[int, float] = {}
+                    for t, c in changes:
+                        if t in ends:
+                            other[t] = other.get(t, 0.0) + c
+                    changes = [(t, c) for t, c in changes if t not in ends]
+                    merged += [(len(rows), k * width, t, other.get(t, 0.0) + guard.close_bias, other.get(t, 0.0))
+                               for t in ends]
+                    offsets.append(_NEVER * width)
+                else:
+                    offsets.append(k * width)
+                rows.append(row)
+                points.append(k)
+                biases.append(guard.close_bias)
+            if changes or only is not None:
+                edits.append((row, changes, only))
+        if not rows:
+            return
+        n = len(rows)
+        at_rows, at_offsets, at_points = self._tensor(rows + offsets + points).view(3, n)
+        top = self._top_on_device(logits, rows, at_rows)
+        goes_on = tables.going.index_select(0, top + at_offsets)
+        b = biases[0]
+        bias = b if biases.count(b) == n else self._tensor(biases, logits.dtype).unsqueeze(1)
+        adds = torch.where(goes_on.unsqueeze(1), bias, 0.0)  # where, not a product: 0 * inf
+        if adds.dtype != logits.dtype:
+            adds = adds.to(logits.dtype)
+        logits[at_rows.unsqueeze(1), tables.tokens.index_select(0, at_points)] += adds  # padding: alike, twice
+        if merged:
+            which, offset, tokens, if_on, if_not = zip(*merged)
+            at_which, at_offset, at_tokens = self._tensor(which + offset + tokens).view(3, len(merged))
+            logits[at_rows.index_select(0, at_which), at_tokens] += torch.where(
+                tables.going.index_select(0, top.index_select(0, at_which) + at_offset),
+                self._tensor(if_on, logits.dtype), self._tensor(if_not, logits.dtype))
+
+    @staticmethod
+    def _top_on_device(logits: torch.Tensor, rows: list[int], at: torch.Tensor) -> torch.Tensor:
+        """The highest-ranked token of each of `rows` (ascending; `at`: them on the device), left on
+        the device: one argmax over the rows' span where they fill half of it at least, else over
+        the rows gathered."""
+        lo, hi = rows[0], rows[-1] + 1
+        if hi - lo == len(rows):
+            return logits[lo:hi].argmax(dim=-1)
+        if 2 * len(rows) >= hi - lo:
+            return logits[lo:hi].argmax(dim=-1).index_select(0, at - lo)
+        return logits.index_select(0, at).argmax(dim=-1)
+
     def _top(self, logits: torch.Tensor, rows: list[int]) -> list[int]:
-        """The highest-ranked token of each of `rows` (ascending), read back in one transfer: one
+        """The highest-ranked token of each of `rows` (ascending), read back in one transfer (CPU
+        logits: nothing to wait for; elsewhere `_close_on_device` reads nothing): one
         argmax over the rows' span where they fill half of it at least (a view, nothing copied),
         else over the rows gathered."""
         lo, hi = rows[0], rows[-1] + 1
