@@ -16,8 +16,14 @@ from toolsets import TOOLS
 # A small vocabulary: prose, whitespace, markup pieces, JSON pieces; id 0 is the end of the turn.
 TEXTS = ["<END>", "The", " weather", " is", " 22", "°C", ".", "\n", "\n\n", " ", "<", "tool", "_call", ">", "</",
          "<tool_call>", "</tool_call>", '{"', "name", '":', ' "', '"', "get", "_weather", "search", ",", "]", "}",
-         "```", "TOOL", "_CALL", ":", "Result", " of", "Observation", '{"name": "', "arguments", "{", "Paris"]
+         "```", "TOOL", "_CALL", ":", "Result", " of", "Observation", '{"name": "', "arguments", "{", "Paris", '",',
+         ">\n\n"]
 END_ID = 0
+
+
+def ending_of(follow: Follow) -> Ending:
+    order = sorted(range(len(TEXTS)), key=TEXTS.__getitem__)
+    return Ending.build(follow, TEXTS, ([TEXTS[t] for t in order], order))
 
 
 def request(dialect="tags", parallel=True, **kw):
@@ -55,13 +61,17 @@ def test_without_parallel_calls_only_closing_markup_and_the_end_follow():
 
 
 def test_the_hold_after_a_call():
-    ending = Ending.build(request().follow, TEXTS)
+    ending = ending_of(request().follow)
     allowed = set(ending.allowed("\n</tool_call>"))
     assert {TEXTS.index(t) for t in ("\n", "\n\n", " ", "<tool_call>", "<", '{"')} <= allowed
     assert not {TEXTS.index(t) for t in ("The", " weather", "Result", "Observation", "Paris")} & allowed
     after_lt = set(ending.allowed("\n<"))
     assert TEXTS.index("tool") in after_lt and not {TEXTS.index(t) for t in ("\n", "The", "<")} & after_lt
     assert ending.allowed("\n<tool_call>") is None  # the call's constraint speaks
+    # tokens that finish a trigger or a closing markup and run past its end: `",` after a bare
+    # call's name (the grammar takes the call from the name's quote on), `>` and newlines
+    assert TEXTS.index('",') in ending.allowed('\n{"name": "search') and TEXTS.index('",') not in allowed
+    assert TEXTS.index(">\n\n") in ending.allowed("\n</tool_call")
     assert ending.allowed("\nThe") == ()  # only the end
 
 
@@ -83,7 +93,7 @@ def test_the_guard_keeps_the_text_after_the_last_call(dialect):
 
 def test_token_changes_hold_the_answer_after_a_call():
     req = request()
-    guard, ending = req.call_guard(), Ending.build(req.follow, TEXTS)
+    guard, ending = req.call_guard(), ending_of(req.follow)
     changes, only = token_changes(None, [], guard, lambda: "", (), (), ending, (END_ID,))
     assert only is None  # no call yet
     guard.feed(call_text("tags"))
@@ -111,7 +121,7 @@ def test_whatever_the_model_prefers_the_answer_ends_or_calls_again(dialect, para
     after its call it writes only separating text and call triggers, and within a bounded number of
     tokens it has ended or armed another call."""
     req = request(dialect, parallel)
-    guard, ending = req.call_guard(), Ending.build(req.follow, TEXTS)
+    guard, ending = req.call_guard(), ending_of(req.follow)
     guard.feed(call_text(dialect))
     written = ""
     bound = MAX_GAP + max(map(len, req.follow.triggers), default=0) + 2

@@ -17,6 +17,7 @@ of a trigger is read alike; the tokens tried are those the triggers and closing 
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
@@ -76,17 +77,22 @@ class Follow:
 @dataclass(frozen=True)
 class Ending:
     """A vocabulary's tokens for one `Follow`: `gaps`, the tokens whose text is separating text
-    only; `pieces`, each token a closing markup or a trigger is written with, and its text."""
+    only; `pieces`, each token a closing markup or a trigger is written with, and its text;
+    `index`, the vocabulary's texts sorted, with their ids (`Vocabulary.by_text`): the tokens that
+    finish a closing markup or a trigger and run past its end (`",` after a bare call's name) are
+    looked up there."""
 
     follow: Follow
     gaps: tuple[int, ...]
     pieces: tuple[tuple[int, str], ...]
+    index: tuple[Sequence[str], Sequence[int]] = ((), ())
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_after", Memo(256))
 
     @classmethod
-    def build(cls, follow: Follow, texts: Sequence[str]) -> "Ending":
+    def build(cls, follow: Follow, texts: Sequence[str],
+              index: tuple[Sequence[str], Sequence[int]] = ((), ())) -> "Ending":
         """The tables for `follow` in a vocabulary (`texts`: each token's text): a token is a piece
         when its text occurs in a closing markup or a trigger (with a space or a newline before it),
         so every tokenization of them is tried, not only the tokenizer's own."""
@@ -94,7 +100,7 @@ class Ending:
         inside = {w[i:j] for text in (*follow.closes, *follow.triggers) for w in (text, " " + text, "\n" + text)
                   for i in range(len(w)) for j in range(i + 1, len(w) + 1)}
         pieces = tuple((t, text) for t, text in enumerate(texts) if text in inside and not _GAP_CHARS.fullmatch(text))
-        return cls(follow, gaps, pieces)
+        return cls(follow, gaps, pieces, index)
 
     def allowed(self, tail: str) -> tuple[int, ...] | None:
         """The tokens (besides the end) that may come next after `tail`, the text after the
@@ -108,8 +114,15 @@ class Ending:
         return self._after.get((kind, rest, room > 0), lambda: self._next(kind, rest, room > 0))  # type: ignore[attr-defined]
 
     def _next(self, kind: str, rest: str, room: bool) -> tuple[int, ...]:
-        state = self.follow.state
-        ok = [t for t, text in self.pieces if state(rest + text)[0] != END]
+        state, follow = self.follow.state, self.follow
+        tried = dict(self.pieces)
+        keys, ids = self.index
+        for text in (*follow.closes, *follow.triggers):
+            if len(text) > len(rest) and text.startswith(rest):  # tokens that finish it and go on
+                left = text[len(rest):]
+                lo, hi = bisect_left(keys, left), bisect_left(keys, left + "\U0010ffff")
+                tried.update((ids[k], keys[k]) for k in range(lo, hi))
+        ok = [t for t, text in tried.items() if state(rest + text)[0] != END]
         return (*self.gaps, *ok) if kind == GAP and room else tuple(ok)
 
 

@@ -59,12 +59,19 @@ class Vocabulary:
         in such a token), then a 0 for the placeholder id -1."""
         return self._marks.get(firsts, lambda: start_marks(self.texts, firsts))
 
+    @cached_property
+    def by_text(self) -> tuple[list[str], list[int]]:
+        """Every token's text, sorted, and the token ids in that order: the tokens whose text starts
+        with a given text are one slice (toolbridge.ending)."""
+        order = sorted(range(self.size), key=self.texts.__getitem__)
+        return [self.texts[t] for t in order], order
+
     def ending(self, follow: Follow | None) -> Ending | None:
         """What may follow a complete call (toolbridge.ending), in this vocabulary's tokens; kept per
         Follow (a dialect's closing markup and a tool set's triggers)."""
         if follow is None:
             return None
-        return self._endings.get(follow, lambda: Ending.build(follow, self.texts))
+        return self._endings.get(follow, lambda: Ending.build(follow, self.texts, self.by_text))
 
     def steering(self, req: "ToolRequest") -> Steering:
         """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
