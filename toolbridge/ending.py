@@ -91,12 +91,14 @@ class Ending:
         object.__setattr__(self, "_after", Memo(256))
 
     @classmethod
-    def build(cls, follow: Follow, texts: Sequence[str],
-              index: tuple[Sequence[str], Sequence[int]] = ((), ())) -> "Ending":
-        """The tables for `follow` in a vocabulary (`texts`: each token's text): a token is a piece
-        when its text occurs in a closing markup or a trigger (with a space or a newline before it),
-        so every tokenization of them is tried, not only the tokenizer's own."""
-        gaps = tuple(t for t, text in enumerate(texts) if text and _GAP_CHARS.fullmatch(text))
+    def build(cls, follow: Follow, texts: Sequence[str], index: tuple[Sequence[str], Sequence[int]] = ((), ()),
+              gaps: tuple[int, ...] | None = None) -> "Ending":
+        """The tables for `follow` in a vocabulary (`texts`: each token's text; `gaps`: its
+        `gap_tokens`, kept per vocabulary, else found here): a token is a piece when its text occurs
+        in a closing markup or a trigger (with a space or a newline before it), so every tokenization
+        of them is tried, not only the tokenizer's own."""
+        if gaps is None:
+            gaps = gap_tokens(texts)
         inside = {w[i:j] for text in (*follow.closes, *follow.triggers) for w in (text, " " + text, "\n" + text)
                   for i in range(len(w)) for j in range(i + 1, len(w) + 1)}
         pieces = tuple((t, text) for t, text in enumerate(texts) if text in inside and not _GAP_CHARS.fullmatch(text))
@@ -124,6 +126,12 @@ class Ending:
                 tried.update((ids[k], keys[k]) for k in range(lo, hi))
         ok = [t for t, text in tried.items() if state(rest + text)[0] != END]
         return (*self.gaps, *ok) if kind == GAP and room else tuple(ok)
+
+
+def gap_tokens(texts: Sequence[str]) -> tuple[int, ...]:
+    """The tokens whose text is separating text only (whitespace, `,` `]` `}`): the same for every
+    Follow of a vocabulary."""
+    return tuple(t for t, text in enumerate(texts) if text and _GAP_CHARS.fullmatch(text))
 
 
 def closes(close: str, calls_close: str) -> tuple[str, ...]:

@@ -12,8 +12,8 @@ from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Hashable
 
-from .callguard import closers, enders
-from .ending import Ending, Follow
+from .callguard import POINTS, closers, enders, ending_at, goes_on
+from .ending import Ending, Follow, gap_tokens
 from .logits import start_marks
 from .memo import Memo
 from .steer import Steering
@@ -71,7 +71,12 @@ class Vocabulary:
         Follow (a dialect's closing markup and a tool set's triggers)."""
         if follow is None:
             return None
-        return self._endings.get(follow, lambda: Ending.build(follow, self.texts, self.by_text))
+        return self._endings.get(follow, lambda: Ending.build(follow, self.texts, self.by_text, self.gaps))
+
+    @cached_property
+    def gaps(self) -> tuple[int, ...]:
+        """The tokens whose text is separating text only (toolbridge.ending.gap_tokens), found once."""
+        return gap_tokens(self.texts)
 
     def steering(self, req: "ToolRequest") -> Steering:
         """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
@@ -86,16 +91,12 @@ class Vocabulary:
     def going_on(self) -> dict[str, tuple[int, ...]]:
         """For each point where the argument close decides (toolbridge.callguard.POINTS), the tokens
         that go on to another argument there: an engine decides the close from these on its device."""
-        from .callguard import POINTS, goes_on
-
         return {p: goes_on(self.texts, p) for p in POINTS}
 
     @cached_property
     def ending_at(self) -> dict[str, tuple[int, ...]]:
         """For each point where the argument close decides, the enders that end the arguments there
         (the tokens the close bias goes to)."""
-        from .callguard import POINTS, ending_at
-
         return {p: ending_at(self.enders, p) for p in POINTS}
 
 
