@@ -110,9 +110,12 @@ def test_noise_never_raises_and_splits_agree(text, cuts):
 
 
 def up_to_a_repeat(calls: list) -> list:
-    """The calls an answer keeps: up to the first that repeats an earlier one, that one included."""
-    for i, call in enumerate(calls):
-        if call in calls[:i]:
+    """The calls an answer keeps: up to the first that repeats an earlier one, that one included. A
+    repeat is the same name and the same arguments written in the same order (the parser compares the
+    arguments' text: `{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are two calls)."""
+    written = [(name, list(args.items())) for name, args in calls]
+    for i, call in enumerate(written):
+        if call in written[:i]:
             return calls[:i + 1]
     return calls
 
