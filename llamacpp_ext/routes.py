@@ -123,7 +123,7 @@ class AgentRoutes:
     async def stored_response(self, scope: dict, receive: Callable, send: Callable) -> None:
         """GET: the stored Response object; DELETE: forget it. 404 for an id not stored here."""
         if not authorized(scope):
-            await send_json(send, 401, _openai_error("Invalid API key", "invalid_api_key"))
+            await send_json(send, 401, BadRequest("Invalid API key", code="invalid_api_key").body())
             return
         response_id = RESPONSE_PATH.match(scope["path"]).group(1)
         if scope["method"] == "GET" and _query(scope, "stream") == "true":
@@ -132,17 +132,13 @@ class AgentRoutes:
             return
         found = self.store.response(response_id) if scope["method"] == "GET" else self.store.delete(response_id)
         if not found:
-            await send_json(send, 404, _openai_error(
+            await send_json(send, 404, BadRequest(
                 f"Response with id {response_id!r} not found (this server keeps the last {self.store.size} stored "
-                "responses in memory).", "response_not_found", "response_id"))
+                "responses in memory).", param="response_id", code="response_not_found").body())
         elif scope["method"] == "GET":
             await send_json(send, 200, found)
         else:
             await send_json(send, 200, {"id": response_id, "object": "response", "deleted": True})
-
-
-def _openai_error(message: str, code: str, param: str | None = None) -> dict:
-    return {"error": {"message": message, "type": "invalid_request_error", "param": param, "code": code}}
 
 
 def _query(scope: dict, key: str) -> str | None:
