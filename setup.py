@@ -14,7 +14,8 @@ setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=["toolbridge", "toolbridge.apis", "toolbridge.serving", "vllm_plugin", "llamacpp_ext"],
+    packages=["toolbridge", "toolbridge.apis", "toolbridge.constrain", "toolbridge.parsing", "toolbridge.prompt",
+              "toolbridge.serving", "toolbridge.steer", "vllm_plugin", "llamacpp_ext"],
     # A flat layout: the packages sit at the top of the checkout ("" -> "."), so an editable
     # install is a plain path entry. The packaged templates live in the top-level templates/
     # folder; toolbridge/templates links to it, so the checkout and an installed wheel find

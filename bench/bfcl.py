@@ -217,10 +217,13 @@ def run(args: argparse.Namespace) -> None:
            "timeout": args.timeout, "extra_body": json.loads(args.extra_body) if args.extra_body else None}
     py = ensure_venv(Path(args.venv), args.bfcl_version)
 
-    r = shim(py, cfg, project, "select", capture=True)
-    if r.returncode:
-        raise SystemExit(f"selecting cases failed:\n{r.stderr[-3000:]}")
-    chosen = json.loads(r.stdout.strip().splitlines()[-1])
+    if args.ids:  # the cases named, by category (bench/heuristics.py writes such a file)
+        chosen = json.loads(Path(args.ids).read_text())
+    else:
+        r = shim(py, cfg, project, "select", capture=True)
+        if r.returncode:
+            raise SystemExit(f"selecting cases failed:\n{r.stderr[-3000:]}")
+        chosen = json.loads(r.stdout.strip().splitlines()[-1])
     (project / "test_case_ids_to_generate.json").write_text(json.dumps(chosen, indent=1))
     print(f"{label}: {sum(map(len, chosen.values()))} cases in {', '.join(chosen)} -> {project}", file=sys.stderr)
 
@@ -312,6 +315,7 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--categories", default="live_simple,live_multiple,live_parallel,live_parallel_multiple,"
                    "live_irrelevance", help="comma-separated bfcl categories or groups (default: %(default)s)")
     r.add_argument("--cases", type=int, default=12, help="cases per category, spread over it; 0 = all (default 12)")
+    r.add_argument("--ids", help="a JSON file {category: [case ids]}: run these cases instead of --cases per category")
     r.add_argument("--max-tokens", type=int, default=384, help="max_tokens on every request (default 384)")
     r.add_argument("--temperature", type=float, default=0.0, help="default 0")
     r.add_argument("--extra-body", help="JSON merged into every request body, e.g. "

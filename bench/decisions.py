@@ -16,7 +16,7 @@ writes its changes). Per case:
   model means to stop): a next-call bias `b` starts a second call where `next + b > end`;
 - `later`: the same right after the answer's second call (a third call against the end);
 - `names`: the names of the answer's calls (which tools the question named, and which of them the
-  answer called, move the biases after each call: toolbridge.relevance.asked_for).
+  answer called, move the biases after each call: toolbridge.steer.relevance.asked_for).
 
 Cases are bfcl's own first-turn requests (`python bench/bfcl.py requests --out FILE`): its handler's
 messages and tools, and how many calls each case expects.
@@ -42,10 +42,10 @@ import llama_cpp  # noqa: E402
 import llamacpp_ext.generate as generate  # noqa: E402
 from llamacpp_ext.compat import is_end_of_generation, vocabulary  # noqa: E402
 from llamacpp_ext.handler import toolbridge_chat_handler  # noqa: E402
-from toolbridge.callguard import CallGuard  # noqa: E402
+from toolbridge.steer.callguard import CallGuard  # noqa: E402
 from toolbridge.dialects import get_dialect  # noqa: E402
-from toolbridge.grammar import call_starts  # noqa: E402
-from toolbridge.steer import Steering  # noqa: E402
+from toolbridge.constrain.grammar import call_starts  # noqa: E402
+from toolbridge.steer.steering import Steering  # noqa: E402
 
 BIASES = (3, 5, 6, 7, 8, 9)
 

@@ -49,8 +49,9 @@ from transformers import AutoTokenizer  # noqa: E402
 from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest  # noqa: E402
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor, BatchUpdate  # noqa: E402
 
-from toolbridge.callguard import CallGuard, closers, enders  # noqa: E402
-from toolbridge.steer import Steering  # noqa: E402
+from toolbridge.steer.args import from_args  # noqa: E402
+from toolbridge.steer.callguard import CallGuard, closers, enders  # noqa: E402
+from toolbridge.steer.steering import Steering  # noqa: E402
 from vllm_plugin import ToolbridgeToolParser  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
 
@@ -97,8 +98,7 @@ class OldCallBias(AdapterLogitsProcessor):
         return self._tokenizer.decode
 
     def new_req_logits_processor(self, params: Any) -> Callable | None:
-        args = getattr(params, "extra_args", None)
-        steering, guard = Steering.from_args(args), CallGuard.from_args(args)
+        steering, guard = from_args(getattr(params, "extra_args", None))
         if guard is not None and self._model_config is None:
             guard = None
         if steering is None and guard is None:
@@ -314,7 +314,7 @@ def main() -> None:
     auto_args, auto_tag = request_args(tok, "auto")
     req_args, req_tag = request_args(tok, "required")
     close_args, _ = request_args(tok, "required", chat_template_kwargs={"tb_close_bias": 5.5})
-    horizon = Steering.from_args(auto_args).horizon
+    horizon = from_args(auto_args)[0].horizon
     call, prose = encode(CALL), encode(PROSE)
     cases = [  # name, tokenizer, args, tokens, steps not timed, structural tag
         ("auto text", tok, auto_args, prose, horizon, auto_tag),
@@ -325,7 +325,8 @@ def main() -> None:
         qwen = AutoTokenizer.from_pretrained(opts.qwen)
         compilers[id(qwen)] = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(qwen, vocab_size=len(qwen)))
         qwen_args, qwen_tag = request_args(qwen, "required")
-        label = "Qwen required" + ("+close" if "toolbridge_close" in qwen_args else "")
+        qwen_guard = from_args(qwen_args)[1]
+        label = "Qwen required" + ("+close" if qwen_guard is not None and qwen_guard.close_bias else "")
         cases.append((label, qwen, qwen_args, qwen.encode(CALL, add_special_tokens=False), 0, qwen_tag))
     if opts.device == "cuda":
         cuda_table(cases, opts.rounds, compilers)

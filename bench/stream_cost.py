@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from toolbridge.stream import StreamParser  # noqa: E402
+from toolbridge.parsing.stream import StreamParser  # noqa: E402
 
 TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {
     "type": "object", "required": ["path", "content"],

@@ -16,7 +16,7 @@ from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, JSON_GBNF, PRIMITIVE_RULES, RESERVED_NAMES,
                                      BuiltinRule, LlamaGrammar, SchemaConverter)
 
-from toolbridge.vocab import Vocabulary
+from toolbridge.steer.vocab import Vocabulary
 
 __all__ = ["INVALID_RULE_CHARS_RE", "JSON_GBNF", "PRIMITIVE_RULES", "RESERVED_NAMES", "BuiltinRule",
            "ConverterBase", "GrammarSampler", "LlamaGrammar", "LlamaSampler", "base_seed", "compiles",
@@ -31,7 +31,7 @@ def model_key(llama: llama_cpp.Llama) -> tuple[str, int]:
 
 
 def vocabulary(llama: llama_cpp.Llama) -> Vocabulary:
-    """The core's view of the model's vocabulary (toolbridge.vocab), kept on the model object: it
+    """The core's view of the model's vocabulary (toolbridge.steer.vocab), kept on the model object: it
     calls the model's tokenizer, so it lives exactly as long as the model does."""
     vocab = llama.__dict__.get(_VOCABULARY)
     if vocab is None:

@@ -1,7 +1,7 @@
 """Token generation in phases over one growing token sequence.
 
 `auto` is lazy: a free phase runs unconstrained and stops at a trigger (any of the core's
-entries: toolbridge.grammar.entries); the trigger is kept, and a grammar phase continues on the same sequence (llama.cpp reuses the
+entries: toolbridge.constrain.grammar.entries); the trigger is kept, and a grammar phase continues on the same sequence (llama.cpp reuses the
 KV cache of the common prefix, so nothing is evaluated twice) until the call's grammar is
 complete; then a free phase again, for content or another call. Plain text therefore
 costs what it costs without tools. Stop strings, max_tokens and usage are counted here,
@@ -26,10 +26,10 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
-from toolbridge.callguard import CallGuard
-from toolbridge.logits import token_changes, write
-from toolbridge.steer import BAN, Steering
-from toolbridge.vocab import Vocabulary
+from toolbridge.steer.callguard import CallGuard
+from toolbridge.steer.logits import token_changes, write
+from toolbridge.steer.steering import BAN, Steering
+from toolbridge.steer.vocab import Vocabulary
 
 from .compat import (GrammarSampler, base_seed, end_tokens, grammar_text, input_ids, is_end_of_generation,
                      last_logits, reuse_cache, sample_in_c, sampler_chain)

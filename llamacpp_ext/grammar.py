@@ -1,9 +1,9 @@
-"""Constraints for llama.cpp: the core's call frames (toolbridge.grammar) as GBNF.
+"""Constraints for llama.cpp: the core's call frames (toolbridge.constrain.grammar) as GBNF.
 
 The JSON rules come from converter.ToolSchemaConverter (llama-cpp-python's converter, fixed
 for real tool schemas). Every grammar is compiled by llama.cpp's own parser before it is used
 (compat.compiles: a grammar llama.cpp rejects would crash the process at sampling time), and
-falls back through the core's one policy (toolbridge.grammar.constrain) when it fails; the
+falls back through the core's one policy (toolbridge.constrain.grammar.constrain) when it fails; the
 result is kept with the tool set, so a repeated tool set costs a lookup.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import llama_cpp
 from toolbridge.jsondata import json_string
 from toolbridge.dialects import Dialect
 from toolbridge.errors import BadRequest
-from toolbridge.grammar import Entry, constrain, frames, separator
+from toolbridge.constrain.grammar import Entry, constrain, frames, separator
 from toolbridge.memo import Memo
 from toolbridge.request import ToolSet
 from toolbridge.tools import Tool, ToolChoice
@@ -32,7 +32,7 @@ CONVERSION_ERRORS = (ValueError, AssertionError, KeyError, TypeError, RecursionE
 
 
 def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, *, parallel: bool = True,
-           after: str | None = None) -> str:
+           after: str | None = None, formats: bool = False) -> str:
     """A GBNF grammar for calls in `dialect`.
 
     Strict (after=None): the whole answer is one call, or several when parallel.
@@ -41,7 +41,7 @@ def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, *, paral
     """
     pairs: list[tuple[str, dict]] = []
     alts = []
-    for i, f in enumerate(frames(tools, dialect, choice)):
+    for i, f in enumerate(frames(tools, dialect, choice, formats)):
         if after is not None and not f.begin.startswith(after):
             raise ValueError(f"dialect {dialect.name!r}: trigger {after!r} does not start the call")
         begin = f.begin[len(after):] if after is not None else f.begin
@@ -59,10 +59,10 @@ def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, *, paral
 
 
 def _checked(llama: llama_cpp.Llama, toolset: ToolSet, key: tuple, tools: Sequence[Tool], dialect: Dialect,
-             choice: ToolChoice, parallel: bool, after: str | None) -> LlamaGrammar | None:
+             choice: ToolChoice, parallel: bool, after: str | None, formats: bool) -> LlamaGrammar | None:
     def build(part: Sequence[Tool], only: ToolChoice) -> str | None:
         try:
-            text = render(part, dialect, only, parallel=parallel, after=after)
+            text = render(part, dialect, only, parallel=parallel, after=after, formats=formats)
         except CONVERSION_ERRORS as e:
             log.info("toolbridge: no grammar for %s (%s: %s)", [t.name for t in part], type(e).__name__, e)
             return None
@@ -73,16 +73,17 @@ def _checked(llama: llama_cpp.Llama, toolset: ToolSet, key: tuple, tools: Sequen
 
 
 def tool_grammar(llama: llama_cpp.Llama, toolset: ToolSet, dialect: Dialect, choice: ToolChoice, *,
-                 parallel: bool) -> LlamaGrammar | None:
+                 parallel: bool, formats: bool = False) -> LlamaGrammar | None:
     """The checked strict grammar (the whole answer is calls), or None: calls are generated
     unconstrained and parsed."""
-    return _checked(llama, toolset, (dialect.name, choice, parallel), toolset.tools, dialect, choice, parallel, None)
+    return _checked(llama, toolset, (dialect.name, choice, parallel, formats), toolset.tools, dialect, choice, parallel,
+                    None, formats)
 
 
 def entry_grammar(llama: llama_cpp.Llama, toolset: ToolSet, entry: Entry, choice: ToolChoice) -> LlamaGrammar | None:
     """The checked lazy grammar for what follows `entry`'s trigger (one call), or None."""
-    return _checked(llama, toolset, ("entry", entry.trigger, entry.dialect.name, choice), entry.tools, entry.dialect,
-                    choice, False, entry.trigger)
+    return _checked(llama, toolset, ("entry", entry.trigger, entry.dialect.name, choice, entry.formats), entry.tools,
+                    entry.dialect, choice, False, entry.trigger, entry.formats)
 
 
 _RESPONSE: Memo[LlamaGrammar] = Memo(128)

@@ -21,8 +21,8 @@ from llama_cpp import LlamaGrammar
 from toolbridge import BadRequest
 from toolbridge.deltas import delta, message
 from toolbridge.events import CallEnd, Content, Event, ToolCall
-from toolbridge.grammar import Entry
-from toolbridge.parse import collect
+from toolbridge.constrain.grammar import Entry
+from toolbridge.parsing.answer import collect
 from toolbridge.request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, check, plan
 
 from . import prompt
@@ -80,7 +80,7 @@ def toolbridge_chat_handler(
     vocab = vocabulary(llama)
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])],
-                      steering=vocab.steering(req) if req.steer and p.entries else None,
+                      steering=req.steering(vocab) if req.steer and p.entries else None,
                       guard=req.call_guard(), vocab=vocab)
     answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path)
     if stream:
@@ -129,7 +129,7 @@ def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | N
     """The grammar the whole answer is generated under (none for auto: see `entries`)."""
     if req.mode == STRICT:
         return tool_grammar(llama, req.toolset, req.dialect, req.choice,
-                            parallel=req.parallel and req.choice.mode == "required")
+                            parallel=req.parallel and req.choice.mode == "required", formats=req.policy.formats)
     return user if req.mode != LAZY else None
 
 
@@ -183,7 +183,7 @@ class Answer:
                 return
             # the call, constrained from the trigger on (unconstrained if no grammar can be built)
             call = s.phase(grammar=entry_grammar(s.llama, req.toolset, self.entries[s.trigger], req.choice))
-            if checked:  # held whole until its values are checked (toolbridge.grounding)
+            if checked:  # held whole until its values are checked (toolbridge.steer.grounding)
                 text = "".join([*held, *call])
                 if s.ended == EOG and any(map(req.invented, req.parse(text).calls)):
                     yield from self._again()
@@ -200,7 +200,7 @@ class Answer:
         every step: its first call made its values up. What it generated before still counts in usage
         and against max_tokens."""
         s = self.session
-        s.restart(s.vocab.steering(self.req).openings)
+        s.restart(self.req.steering(s.vocab).openings)
         yield from s.phase()
 
     def _event_batches(self) -> Iterator[list[Event]]:

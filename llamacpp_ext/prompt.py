@@ -20,10 +20,10 @@ import jinja2
 import llama_cpp
 
 from toolbridge.dialects import Dialect
-from toolbridge.chat_templates import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
+from toolbridge.prompt.chat_templates import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
 from toolbridge.memo import Memo
 from toolbridge.options import KEYS, resolve
-from toolbridge.render import compile_template, tools_instruction
+from toolbridge.prompt.render import compile_template, tools_instruction
 from toolbridge.request import PLAIN, ToolRequest
 
 from .compat import model_key, token_text
@@ -84,7 +84,7 @@ def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
 
 def tool_trained(llama: llama_cpp.Llama) -> bool:
     """Whether the model's own template renders tools (the core's defaults differ for such a
-    model: toolbridge.options.DEFAULTS)."""
+    model: toolbridge.options.PROFILES)."""
     return renders_tools(_own(llama))
 
 

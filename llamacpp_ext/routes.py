@@ -22,7 +22,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 from urllib.parse import parse_qs
 
 from toolbridge.apis import anthropic, responses, responses_stream, validate
@@ -33,6 +33,7 @@ from toolbridge.serving.asgi import (check_request, count_tokens_chat, read_body
                                      with_body)
 
 from . import prompt
+from .fields import adapt_request, check_fields
 from .compat import authorized, served_model
 
 CHAT_PATH = "/v1/chat/completions"
@@ -167,7 +168,6 @@ async def count_tokens(scope: dict, receive: Callable, send: Callable) -> None:
 async def prompt_tokens(chat: dict) -> int:
     """The prompt tokens of a chat request, counted as the toolbridge handler renders it, after the
     chat route's own checks (BadRequest where the chat route would answer 400)."""
-    from .server import adapt_request, check_fields  # the chat route's check (server.py imports this module)
 
     adapt_request(chat)
     checked = check_request(chat)

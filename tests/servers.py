@@ -138,14 +138,15 @@ def check_load(base_url: str, model: str) -> None:
 
 # -- vLLM ------------------------------------------------------------------------------------------
 
-def vllm_server(model: Path | str, name: str, template: Path, *extra: str, max_model_len: int = 4096) -> Server:
+def vllm_server(model: Path | str, name: str, template: Path, *extra: str, max_model_len: int = 4096,
+                env: dict | None = None) -> Server:
     """vLLM's CPU build (bfloat16) serving `model` as `name` on a free port, with toolbridge's parser
     and the chat template given; `extra`: more flags."""
     port = free_port()
     argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", name,
             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
             "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge", "--chat-template", str(template), *extra]
-    return Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2"}, timeout=900)
+    return Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2", **(env or {})}, timeout=900)
 
 
 

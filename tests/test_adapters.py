@@ -94,7 +94,7 @@ def test_vllm_delta_messages_and_bookkeeping():
 
 def test_llamacpp_request_rewriting():
     require("llama_cpp")
-    from llamacpp_ext.server import adapt_request
+    from llamacpp_ext.fields import adapt_request
 
     data = {"messages": [{"role": "developer", "content": "Be brief."}, *PARIS,
                          {"role": "assistant", "content": None, "tool_calls": []},
@@ -222,7 +222,7 @@ def test_a_template_that_renders_tools_marks_a_tool_trained_model():
     """Both engines read the model's own template this way (llama.cpp: the GGUF's; vLLM: the
     tokenizer's) to pick the defaults measured for such models (toolbridge.options.DEFAULTS)."""
     from toolbridge.dialects import get_dialect
-    from toolbridge.chat_templates import FAMILIES, renders_tools, writes_calls
+    from toolbridge.prompt.chat_templates import FAMILIES, renders_tools, writes_calls
 
     assert renders_tools(QWEN_LIKE) and writes_calls(QWEN_LIKE, get_dialect("tags"))
     lists_only = QWEN_LIKE.replace("<tool_call>\n{{ tc.function | tojson }}\n</tool_call>", "{{ tc.function.name }}")
@@ -241,7 +241,7 @@ def test_llamacpp_native_template_takes_only_a_tool_capable_one():
 
     from llamacpp_ext.prompt import native_template, object_arguments
     from toolbridge.dialects import get_dialect
-    from toolbridge.chat_templates import FAMILIES
+    from toolbridge.prompt.chat_templates import FAMILIES
 
     def model(src):
         return SimpleNamespace(metadata={"tokenizer.chat_template": src} if src else {})

@@ -14,6 +14,8 @@ import json
 from hypothesis import given, settings, strategies as st
 
 from toolbridge.request import prepare
+
+CHECKED = {"tb_word_checks": "grounded"}  # the check these tests are about, whatever the defaults
 from toolbridge.serving import again
 from vllm_plugin.middleware import RequestCheck
 
@@ -67,7 +69,8 @@ def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[
 
     async def app(scope, receive, send):
         request = json.loads((await receive())["body"])
-        seen.append(again.planned(prepare(tools=request["tools"], messages=request["messages"], tool_trained=True)))
+        seen.append(again.planned(prepare(tools=request["tools"], messages=request["messages"],
+                                            template_kwargs=request.get("chat_template_kwargs", CHECKED))))
         data = answers[len(seen) - 1]
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]})
         points = sorted({c % (len(data) + 1) for c in cuts})
@@ -150,8 +153,7 @@ def test_a_whole_answer_with_said_values_passes_unchanged():
 
 def test_the_option_off_or_several_choices_pass_the_made_up_call():
     answer = call_stream("first", MADE_UP)
-    off = {**request(FUNDS, True), "chat_template_kwargs": {"tb_grounded": False}}
+    off = {**request(FUNDS, True), "chat_template_kwargs": {"tb_word_checks": False}}
     assert body_of(serve({**request(FUNDS, True), "n": 2}, [answer])[0]) == answer
     # the scripted route plans without the request's options; the plan's own check is tested in test_grounding
-    assert again.made_up(prepare(tools=[PAY], messages=FUNDS, tool_trained=True,
-                                 template_kwargs=off["chat_template_kwargs"]), None, "pay", json.dumps(MADE_UP)) is False
+    assert again.made_up(prepare(tools=[PAY], messages=FUNDS, template_kwargs=off["chat_template_kwargs"]), None, "pay", json.dumps(MADE_UP)) is False

@@ -21,12 +21,13 @@ import torch  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality  # noqa: E402
 
 from toolbridge.dialects import get_dialect  # noqa: E402
-from toolbridge.grammar import call_starts  # noqa: E402
-from toolbridge import callguard  # noqa: E402
-from toolbridge.callguard import POINTS, CallGuard, closers, enders  # noqa: E402
-from toolbridge.logits import write  # noqa: E402
-from toolbridge.vocab import hf_vocabulary  # noqa: E402
-from toolbridge.steer import BAN, Steering  # noqa: E402
+from toolbridge.constrain.grammar import call_starts  # noqa: E402
+from toolbridge.steer import callguard  # noqa: E402
+from toolbridge.steer.args import ARG, from_args, to_args  # noqa: E402
+from toolbridge.steer.callguard import POINTS, CallGuard, closers, enders  # noqa: E402
+from toolbridge.steer.logits import write  # noqa: E402
+from toolbridge.steer.vocab import hf_vocabulary  # noqa: E402
+from toolbridge.steer.steering import BAN, Steering  # noqa: E402
 from vllm_plugin.bias import CallBias  # noqa: E402
 from bench.logits_cost import reference_step  # noqa: E402  (the old processor's rule, kept there verbatim)
 
@@ -90,7 +91,7 @@ class Reference:
     """vllm_plugin/bias.py's per-request rule before the batch processor, one row at a time."""
 
     def __init__(self, args):
-        self.steering, self.guard = Steering.from_args(args), CallGuard.from_args(args)
+        self.steering, self.guard = from_args(args)
         self.read = 0
         self.closers, self.enders = closers(ENCODE), enders(ENCODE, lambda t: TOK.decode([t]))
 
@@ -106,8 +107,8 @@ def steering(bias=5.0):
 
 def args(kind, close=0.0):
     lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED, close)
-    return {"auto": {**steering().to_args(), **lazy.to_args()}, "required": CallGuard([], REQUIRED, close).to_args(),
-            "steer": steering().to_args(), "guard": lazy.to_args(), "plain": {}}[kind]
+    return {"auto": to_args(steering(), lazy), "required": to_args(None, CallGuard([], REQUIRED, close)),
+            "steer": to_args(steering(), None), "guard": to_args(None, lazy), "plain": {}}[kind]
 
 
 ANSWERS = {
@@ -309,15 +310,18 @@ def test_the_top_token_is_read_once_a_step_for_the_rows_that_decide(where):
 
 
 FORGED = [
-    {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"]},
-    {"toolbridge_bias": "much", "toolbridge_bias_ids": [1]},
-    {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": 7},
-    {"toolbridge_call_guard": 3},
-    {"toolbridge_call_guard": [], "toolbridge_close": ["y", "z"]},
-    {"toolbridge_call_guard": [], "toolbridge_close": [1, [2]]},
-    {"toolbridge_bias": 1, "toolbridge_bias_ids": [10**9, -3], "toolbridge_start_ids": [10**9, -1, 2**70],
-     "toolbridge_result_ids": [-5], "toolbridge_name_ids": [[[-1]], [[-1, 10**9]]]},
-    {"toolbridge_bias": 2, "toolbridge_bias_ids": [1], "toolbridge_name_ids": [[[5]], [[5, 10**9], [5, -2]]]},
+    {ARG: {"steering": {"bias": 1, "call": ["x"]}}},
+    {ARG: {"steering": {"bias": "much", "call": [1]}}},
+    {ARG: {"steering": {"bias": 1, "call": [1], "names": 7}}},
+    {ARG: {"steering": {"bias": 1, "call": [1], "next": 2**2000}}},
+    {ARG: {"guard": {"starts": 3}}},
+    {ARG: {"guard": {"starts": [], "close": ["y", "z"]}}},
+    {ARG: {"guard": {"starts": [], "close": [1, [2]]}}},
+    {ARG: ["x", 3]},
+    {ARG: {"steering": 7, "guard": "x"}},
+    {ARG: {"steering": {"bias": 1, "call": [10**9, -3], "starts": [10**9, -1, 2**70], "result": [-5],
+                        "names": [[[-1]], [[-1, 10**9]]]}}},
+    {ARG: {"steering": {"bias": 2, "call": [1], "names": [[[5]], [[5, 10**9], [5, -2]]]}}},
 ]
 
 
@@ -343,7 +347,7 @@ def test_right_after_the_first_call_another_call_start_is_favoured():
     first call (and its closing markup), nothing after its second."""
     p, out = processor(), []
     lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED)
-    a = {**Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0).to_args(), **lazy.to_args()}
+    a = to_args(Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0), lazy)
     p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=a), None, out)], []))
 
     def favoured():
@@ -368,7 +372,7 @@ def test_after_a_repeated_call_nothing_may_open_another():
     p, out = processor(), []
     lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED)
     s = Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0)
-    p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args={**s.to_args(), **lazy.to_args()}), None, out)], []))
+    p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=to_args(s, lazy)), None, out)], []))
 
     def banned():
         logits = torch.zeros(1, len(PIECES))
@@ -415,8 +419,8 @@ def test_a_change_on_a_closing_token_adds_up_as_on_the_host(top):
     """A token that gets another change at the step the argument close decides on (here a ban after a
     repeated call, forged onto the enders) gets both in one add on the device, as on the host."""
     ban = [ID['"}}'], ID['"}'], ID["}}"]]
-    forged = {**CallGuard([], REQUIRED, 5.5).to_args(), "toolbridge_bias": 0, "toolbridge_next_bias": 1.0,
-              "toolbridge_bias_ids": [ID["<tool_call>"]], "toolbridge_open_ids": ban}
+    forged = {ARG: {"guard": CallGuard([], REQUIRED, 5.5).pack(),
+                    "steering": {"bias": 0, "next": 1.0, "call": [ID["<tool_call>"]], "opens": ban}}}
     call = '{"name": "get_time", "arguments": {}}'
     got = []
     for on_host in (True, False):
@@ -435,7 +439,7 @@ def test_a_change_on_a_closing_token_adds_up_as_on_the_host(top):
 
 
 def old_write(logits, edits, array):
-    """toolbridge.logits.write's holds before they went without a read back (git history)."""
+    """toolbridge.steer.logits.write's holds before they went without a read back (git history)."""
     vocab = logits.shape[-1]
     added, held_rows, held = {}, [], []
     for row, changes, only in edits:
@@ -463,7 +467,7 @@ def old_write(logits, edits, array):
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 10**6))
 def test_the_writer_does_as_before_on_numpy_and_torch(seed):
-    """toolbridge.logits.write (numpy for llama.cpp, torch for vLLM): the same logits as its former
+    """toolbridge.steer.logits.write (numpy for llama.cpp, torch for vLLM): the same logits as its former
     holds, which read a mask back; rows held to tokens all -inf, or some, or none, with changes too."""
     rng = random.Random(seed)
     rows, vocab = rng.randint(1, 5), rng.randint(1, 12)
@@ -486,10 +490,10 @@ def test_the_writer_does_as_before_on_numpy_and_torch(seed):
 def test_an_answer_ends_after_its_calls():
     """After a complete call the processor holds a row to what leads to another call or to the end
     where the model's top token is one of those, and to the end alone where it would write text."""
-    from toolbridge.ending import Follow
+    from toolbridge.steer.ending import Follow
 
     follow = Follow(("</tool_call>",), ("<tool_call>", '{"name": "search"'))
-    guarded = {**steering().to_args(), **CallGuard(call_starts(get_dialect("tags")), REQUIRED, 0.0, follow).to_args()}
+    guarded = to_args(steering(), CallGuard(call_starts(get_dialect("tags")), REQUIRED, 0.0, follow))
     end = ID["~"]
     proc = Bias(SimpleNamespace(model_config=None), torch.device("cpu"), False)
     outs = [ENCODE(ANSWERS["tagged"]) for _ in range(3)]

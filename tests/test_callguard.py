@@ -1,13 +1,13 @@
-"""The guard of a call being generated (toolbridge.callguard): loops closed, arguments closed after
+"""The guard of a call being generated (toolbridge.steer.callguard): loops closed, arguments closed after
 the required ones; shared by both engines."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbridge.callguard import MIN_RUN, CallGuard, closers, enders, loops
-from toolbridge.options import DEFAULTS
+from toolbridge.steer.args import ARG, from_args, to_args
+from toolbridge.steer.callguard import MIN_RUN, CallGuard, closers, enders, loops
+from toolbridge.options import default
 from toolbridge.request import prepare
-from toolbridge.steer import Steering
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
 
@@ -47,9 +47,11 @@ def test_escaped_quotes_do_not_end_the_string():
 
 
 def test_the_guard_travels_as_request_arguments_and_closes_with_quote_tokens():
-    assert CallGuard.from_args({}) is None
-    assert CallGuard.from_args(CallGuard(["<tool_call>"]).to_args()).starts == ("<tool_call>",)
-    assert CallGuard.from_args(CallGuard().to_args()).armed
+    assert CallGuard.unpack({}) is None and from_args({}) == (None, None)
+    assert CallGuard.unpack(CallGuard(["<tool_call>"]).pack()).starts == ("<tool_call>",)
+    assert CallGuard.unpack(CallGuard().pack()).armed
+    steering, guard = from_args(to_args(None, CallGuard(["<tool_call>"])))
+    assert steering is None and guard.starts == ("<tool_call>",) and not guard.armed
     assert closers(ENCODE) == (ord('"'),)  # one token per character: every closing text starts with it
 
 
@@ -62,7 +64,7 @@ def test_each_mode_gets_its_guard():
     assert prepare(tools=tools, tool_choice="none", messages=msgs).call_guard() is None
 
 
-# -- closing the arguments after the required ones (toolbridge.callguard, toolbridge.callreader) ----------
+# -- closing the arguments after the required ones (toolbridge.steer.callguard, toolbridge.steer.callreader) ----------
 
 REQUIRED = {"search_web": ["query"], "set_reminder": ["message", "minutes"]}
 ENDING = [(1, '"}}'), (2, "}}"), (3, '"'), (4, "}"), (5, ","), (6, '" }')]
@@ -102,7 +104,7 @@ def test_nested_values_unknown_tools_and_no_bias_are_left_alone():
     assert not _guard('{"name": "other", "arguments": {"x": 1').deciding
     assert not _guard('{"name": "search_web", "arguments": {"query": "x"', bias=0).deciding
     assert not _guard('{"name": "search_web", "arguments": {"query": "x"', starts=["<tool_call>"]).deciding  # no start
-    assert CallGuard.from_args(CallGuard([], REQUIRED, 2).to_args()).required == REQUIRED
+    assert CallGuard.unpack(CallGuard([], REQUIRED, 2).pack()).required == REQUIRED
 
 
 def test_the_second_call_of_an_answer_is_read_afresh():
@@ -117,8 +119,8 @@ def test_the_request_carries_each_tools_required_arguments_and_the_measured_bias
              {"type": "function", "function": {"name": "g"}}]
     msgs = [{"role": "user", "content": "x"}]
     g = prepare(tools=tools, messages=msgs, tool_trained=True, env={}).call_guard()
-    assert g.required == {"f": ["a"], "g": []} and g.close_bias == DEFAULTS[True].close_bias
-    assert prepare(tools=tools, messages=msgs, env={}).call_guard().close_bias == DEFAULTS[False].close_bias
+    assert g.required == {"f": ["a"], "g": []} and g.close_bias == default("tb_close_bias", True)
+    assert prepare(tools=tools, messages=msgs, env={}).call_guard().close_bias == default("tb_close_bias")
 
 
 @settings(max_examples=300, deadline=None)
@@ -130,15 +132,22 @@ def test_the_reader_never_raises_on_model_text(text, top):
 
 
 @pytest.mark.parametrize("args", [
-    {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"]},
-    {"toolbridge_bias": "much", "toolbridge_bias_ids": [1]},
-    {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": 7},
-    {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_name_ids": ["ab", "cd"]},
-    {"toolbridge_call_guard": 3},
-    {"toolbridge_call_guard": [], "toolbridge_close": ["y", "z"]},
-    {"toolbridge_call_guard": [], "toolbridge_close": [1, [2]]},
+    {ARG: {"steering": {"bias": 1, "call": ["x"]}}},
+    {ARG: {"steering": {"bias": "much", "call": [1]}}},
+    {ARG: {"steering": {"bias": 1, "call": [1], "names": 7}}},
+    {ARG: {"steering": {"bias": 1, "call": [1], "names": ["ab", "cd"]}}},
+    {ARG: {"steering": {"bias": 1, "call": [1], "next": 2 ** 2000}}},  # too large for a float
+    {ARG: {"guard": {"starts": 3}}},
+    {ARG: {"guard": {"starts": [], "close": ["y", "z"]}}},
+    {ARG: {"guard": {"starts": [], "close": [1, [2]]}}},
+    {ARG: {"steering": 7, "guard": "x"}},
+    {ARG: ["x", 3]},
+    {ARG: "x"},
+    {ARG: None},
+    {"toolbridge_bias": 1, "toolbridge_bias_ids": [1], "toolbridge_call_guard": []},  # no longer toolbridge's
+    ["x"],
 ])
 def test_rule_arguments_not_of_toolbridges_making_are_ignored(args):
-    """A client can send vLLM request arguments named like toolbridge's own; the logits processor
-    must not raise on them (it runs in the engine, for every request in the batch)."""
-    assert Steering.from_args(args) is None and CallGuard.from_args(args) is None
+    """A client can send a vLLM request argument named like toolbridge's own; the logits processor
+    must not raise on it (it runs in the engine, for every request in the batch)."""
+    assert from_args(args) == (None, None)

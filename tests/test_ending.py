@@ -1,14 +1,15 @@
-"""An answer ends after its calls (toolbridge.ending): after a complete call the next tokens are held
+"""An answer ends after its calls (toolbridge.steer.ending): after a complete call the next tokens are held
 to what leads to another call or to the end, in every dialect the guard reads, whatever the model
 would rather write."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolbridge.callguard import CallGuard
+from toolbridge.steer.args import ARG, from_args, to_args
+from toolbridge.steer.callguard import CallGuard
 from toolbridge.dialects import DIALECTS
-from toolbridge.ending import ARMED, END, GAP, MAX_GAP, PART, Ending, Follow
-from toolbridge.logits import Gated, token_changes
+from toolbridge.steer.ending import ARMED, END, GAP, MAX_GAP, PART, Ending, Follow
+from toolbridge.steer.logits import Gated, token_changes
 from toolbridge.request import prepare
 
 from toolsets import TOOLS
@@ -108,9 +109,9 @@ def test_token_changes_hold_the_answer_after_a_call():
 
 def test_the_guard_travels_with_its_follow():
     guard = request().call_guard()
-    again = CallGuard.from_args(guard.to_args())
-    assert again.follow == guard.follow
-    assert CallGuard.from_args({"toolbridge_call_guard": [], "toolbridge_follow": [1]}) is None  # malformed: ignored
+    again = CallGuard.unpack(guard.pack())
+    assert again.follow == guard.follow and from_args(to_args(None, guard))[1].follow == guard.follow
+    assert from_args({ARG: {"guard": {"starts": [], "follow": [1]}}}) == (None, None)  # malformed: ignored
 
 
 @settings(max_examples=300, deadline=None)

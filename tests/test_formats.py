@@ -1,4 +1,4 @@
-"""The value formats a description states by example, as a grammar pattern (toolbridge.formats), and
+"""The value formats a description states by example, as a grammar pattern (toolbridge.constrain.formats), and
 that both engines' grammars hold a call's value to it."""
 import json
 import re
@@ -6,7 +6,10 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from toolbridge.formats import MAX_PART, quoted, skeleton, stated, stated_pattern
+from toolbridge.constrain.formats import MAX_PART, quoted, skeleton, stated, stated_pattern
+from toolbridge.dialects import get_dialect
+from toolbridge.constrain.grammar import frames
+from toolbridge.request import prepare
 from toolbridge.tools import make_tool
 
 
@@ -75,10 +78,18 @@ def test_stated_adds_patterns_at_any_depth_and_copies_only_what_it_changes():
     assert stated(plain) is plain
 
 
-def test_the_engine_schema_carries_it_and_validation_does_not():
+def test_the_grammar_carries_it_where_the_policy_says_and_validation_does_not():
     tool = make_tool("find", "Find a salon.", {"type": "object", "required": ["city"], "properties": {"city": CITY}})
-    assert tool.engine_parameters["properties"]["city"]["pattern"] == stated_pattern(CITY)
+    (on,) = frames([tool], get_dialect("tags"), formats=True)
+    (off,) = frames([tool], get_dialect("tags"), formats=False)
+    assert on.schema["properties"]["city"]["pattern"] == stated_pattern(CITY) and "pattern" not in off.schema[
+        "properties"]["city"]
     assert tool.errors({"city": "Berkeley"}) == []  # the tool's own schema judges the call
+    tools = [{"type": "function", "function": {"name": "find", "parameters": tool.parameters}}]
+    msgs = [{"role": "user", "content": "a salon in Berkeley"}]
+    for formats in (True, False):
+        (entry, *_) = prepare(tools=tools, messages=msgs, template_kwargs={"tb_formats": formats}, env={}).entries
+        assert ("pattern" in entry.frames()[0].schema["properties"]["city"]) is formats
 
 
 @settings(max_examples=300, deadline=None)
@@ -96,14 +107,14 @@ def test_the_llamacpp_grammar_holds_a_value_to_it():
     from llamacpp_ext.converter import schema_grammar
 
     tool = make_tool("find", "", {"type": "object", "required": ["city"], "properties": {"city": CITY}})
-    grammar = schema_grammar(tool.engine_parameters)
+    grammar = schema_grammar(frames([tool], get_dialect("tags"), formats=True)[0].schema)
     assert '"," ( [^,"' in grammar and "{1,%d}" % MAX_PART in grammar, grammar
 
 
 def test_the_vllm_grammar_holds_a_value_to_it():
     xgr = pytest.importorskip("xgrammar")
     tool = make_tool("find", "", {"type": "object", "required": ["city"], "properties": {"city": CITY}})
-    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_json_schema(json.dumps(tool.engine_parameters))
+    compiled = xgr.GrammarCompiler(xgr.TokenizerInfo([])).compile_json_schema(json.dumps(frames([tool], get_dialect("tags"), formats=True)[0].schema))
 
     def accepts(text: str) -> bool:
         return xgr.GrammarMatcher(compiled, terminate_without_stop_token=True).accept_string(text)

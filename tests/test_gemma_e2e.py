@@ -232,7 +232,7 @@ def test_a_tool_result_is_answered_in_text(served, vocab):
     no_markup(content)
     # the history reached the model as the packaged gemma template renders it: the call and its
     # result in the template's own format, the turns alternating, one <bos>
-    from toolbridge.render import compile_template
+    from toolbridge.prompt.render import compile_template
 
     prompt = compile_template(TEMPLATE.read_text(encoding="utf-8")).render(
         messages=RESULT_TURN, tools=TOOLS, add_generation_prompt=True, bos_token="<bos>", eos_token="<eos>")

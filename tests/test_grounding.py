@@ -1,4 +1,4 @@
-"""Whether a call's argument values come from the conversation (toolbridge.grounding), and where
+"""Whether a call's argument values come from the conversation (toolbridge.steer.grounding), and where
 the plan checks them."""
 import json
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from toolbridge.events import ToolCall
-from toolbridge.grounding import conversation_marks, invented, marks
-from toolbridge.options import resolve
+from toolbridge.steer.grounding import conversation_marks, invented, marks
+from toolbridge.options import default, resolve
 from toolbridge.request import prepare
 
 REQUIRED = ["receiver", "amount", "method", "province_id", "note", "currency"]
@@ -133,27 +133,33 @@ def call(arguments: dict) -> ToolCall:
     return ToolCall("call_1", "pay", json.dumps(arguments))
 
 
-def test_the_plan_checks_an_auto_answers_values_on_tool_trained_models_by_default():
+def test_the_plan_checks_an_auto_answers_values_where_the_word_checks_say():
     made_up = call({"receiver": "user@example.com", "amount": 1000})
-    req = prepare(tools=TOOLS, messages=user("Transfer some funds for me."), tool_trained=True, env={})
+    on = {"tb_word_checks": "grounded"}
+    req = prepare(tools=TOOLS, messages=user("Transfer some funds for me."), template_kwargs=on, env={})
     assert req.grounded and req.invented(made_up) == ("receiver", "amount")
     assert req.invented(ToolCall("call_1", "pay", "not json")) == ()
     assert req.invented(ToolCall("call_1", "other", "{}")) == ()
-    assert not prepare(tools=TOOLS, messages=user("x"), tool_trained=False, env={}).grounded  # SmolLM2's kind: off
     for forced in ("required", {"type": "function", "function": {"name": "pay"}}):  # a call was asked for
-        assert not prepare(tools=TOOLS, tool_choice=forced, messages=user("x"), tool_trained=True, env={}).grounded
-    off = prepare(tools=TOOLS, messages=user("x"), tool_trained=True, template_kwargs={"tb_grounded": False}, env={})
+        assert not prepare(tools=TOOLS, tool_choice=forced, messages=user("x"), template_kwargs=on, env={}).grounded
+    off = prepare(tools=TOOLS, messages=user("x"), tool_trained=True, template_kwargs={"tb_word_checks": False}, env={})
     assert not off.grounded and off.invented(made_up) == ()
-    assert not prepare(tools=TOOLS, messages=user("x"), tool_trained=True, env={"TOOLBRIDGE_GROUNDED": "0"}).grounded
-    assert prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_GROUNDED": "true"}).grounded
+    assert not prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_WORD_CHECKS": "unrelated,asked"}).grounded
+    assert prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_WORD_CHECKS": "true"}).grounded
+    for tool_trained in (False, True):
+        checks = default("tb_word_checks", tool_trained)
+        assert prepare(tools=TOOLS, messages=user("x"), tool_trained=tool_trained, env={}).grounded is bool(checks)
 
 
-@pytest.mark.parametrize("value, expected", [(True, True), ("on", True), (1, True), ("0", False), ("false", False)])
-def test_the_option_reads_true_and_false(value, expected):
-    assert resolve({"tb_grounded": value}, {}).grounded is expected
+@pytest.mark.parametrize("value, expected", [(True, True), ("on", True), (1, True), ("0", False), ("false", False),
+                                             ("grounded", True), (["unrelated"], False), ("asked, grounded", True)])
+def test_the_option_reads_true_false_and_names(value, expected):
+    assert resolve({"tb_word_checks": value}, {}).policy.grounded is expected
 
 
 def test_a_bad_option_value_is_a_bad_request():
     from toolbridge.errors import BadRequest
-    with pytest.raises(BadRequest, match="tb_grounded must be true or false"):
-        prepare(tools=TOOLS, messages=user("x"), template_kwargs={"tb_grounded": "maybe"}, env={})
+    with pytest.raises(BadRequest, match="tb_word_checks must be true, false or some of"):
+        prepare(tools=TOOLS, messages=user("x"), template_kwargs={"tb_word_checks": "maybe"}, env={})
+    with pytest.raises(BadRequest, match="tb_grounded is no longer an option; tb_word_checks"):
+        prepare(tools=TOOLS, messages=user("x"), template_kwargs={"tb_grounded": False}, env={})

@@ -104,7 +104,7 @@ def wrapped_gguf_template(tmp_path_factory) -> str:
 
 @pytest.mark.parametrize("family", [*FAMILIES, "wrapped-gguf"])
 def test_prompt_is_byte_for_byte_the_jinja2_prompt(family, tmp_path_factory):
-    from toolbridge.render import compile_template
+    from toolbridge.prompt.render import compile_template
 
     path = wrapped_gguf_template(tmp_path_factory) if family == "wrapped-gguf" else str(ROOT / "templates" / f"{family}.jinja")
     tpl = compile_template(open(path, encoding="utf-8").read())

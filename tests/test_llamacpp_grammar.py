@@ -32,7 +32,7 @@ from llamacpp_ext.converter import schema_grammar  # noqa: E402
 from llamacpp_ext.grammar import render, tool_grammar  # noqa: E402
 from llamacpp_ext.regex import Unsupported, pattern_to_gbnf  # noqa: E402
 from toolbridge import ToolChoice, get_dialect, normalize_tools  # noqa: E402
-from toolbridge.grammar import entries  # noqa: E402
+from toolbridge.constrain.grammar import entries  # noqa: E402
 from toolbridge.request import toolset  # noqa: E402
 
 CORPUS = json.loads((Path(__file__).parent / "data" / "tool_schemas.json").read_text(encoding="utf-8"))
@@ -413,13 +413,13 @@ print("".join(session.phase(grammar=LlamaGrammar.from_string('root ::= "{\\"a\\"
 
 @pytest.mark.parametrize("ban", ["BAN", "-inf"])
 def test_where_the_rules_forbid_every_token_the_grammar_allows_the_grammar_wins(ban):
-    """toolbridge's bans are finite (toolbridge.steer.BAN), so the grammar's choice stands; a ban of
+    """toolbridge's bans are finite (toolbridge.steer.steering.BAN), so the grammar's choice stands; a ban of
     -inf (a request's logit_bias) leaves the grammar nothing, and the sampler takes the grammar's top
     token instead of one the grammar rejects."""
     import subprocess
     import sys
 
-    from toolbridge.steer import BAN
+    from toolbridge.steer.steering import BAN
     value = str(BAN) if ban == "BAN" else ban
     r = subprocess.run([sys.executable, "-c", BANNED_UNDER_GRAMMAR, value], capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parents[1])

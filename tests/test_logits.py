@@ -1,5 +1,5 @@
-"""The per-token logit rule's core (toolbridge.logits, and what it reads: toolbridge.callguard and
-toolbridge.callreader): the shortcuts engines take to run it cheaply leave its answers unchanged."""
+"""The per-token logit rule's core (toolbridge.steer.logits, and what it reads: toolbridge.steer.callguard and
+toolbridge.steer.callreader): the shortcuts engines take to run it cheaply leave its answers unchanged."""
 import math
 from dataclasses import replace
 
@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolbridge.dialects import get_dialect
-from toolbridge.grammar import call_starts
-from toolbridge.logits import start_marks, token_changes
-from toolbridge.callguard import MAX_UNIT, MIN_COPIES, MIN_RUN, CallGuard, loops
-from toolbridge.callreader import CallReader
-from toolbridge.steer import BAN, Steering
+from toolbridge.constrain.grammar import call_starts
+from toolbridge.steer.logits import start_marks, token_changes
+from toolbridge.steer.callguard import MAX_UNIT, MIN_COPIES, MIN_RUN, CallGuard, loops
+from toolbridge.steer.callreader import CallReader
+from toolbridge.steer.steering import BAN, Steering
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
 STARTS = call_starts(get_dialect("tags"))
@@ -23,7 +23,7 @@ PIECES = st.sampled_from(["the", " ", "a", "<", "<tool", "_call>", "<tool_call>"
 
 
 def loops_before(value: str) -> bool:
-    """toolbridge.callguard.loops as it was: every unit tried."""
+    """toolbridge.steer.callguard.loops as it was: every unit tried."""
     for unit in range(1, MAX_UNIT + 1):
         run = max(MIN_RUN, MIN_COPIES * unit)
         if len(value) < run:

@@ -20,11 +20,12 @@ import torch  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate  # noqa: E402
 
 import vllm_plugin.bias as bias  # noqa: E402
-from toolbridge.callguard import CallGuard  # noqa: E402
+from toolbridge.steer.callguard import CallGuard  # noqa: E402
 from toolbridge.dialects import get_dialect  # noqa: E402
-from toolbridge.ending import Follow  # noqa: E402
-from toolbridge.grammar import call_starts  # noqa: E402
-from test_call_bias import ANSWERS, ENCODE, PIECES, REQUIRED, Bias, Engine, args  # noqa: E402
+from toolbridge.steer.ending import Follow  # noqa: E402
+from toolbridge.constrain.grammar import call_starts  # noqa: E402
+from toolbridge.steer.args import ARG, to_args  # noqa: E402
+from test_call_bias import ANSWERS, ENCODE, PIECES, REQUIRED, Bias, Engine, args, steering  # noqa: E402
 
 META = torch.device("meta")
 VOCAB = len(PIECES)
@@ -33,7 +34,7 @@ END = ENCODE("~")[0]  # the end token the requests below are given
 
 def named(close: float = 5.5) -> dict:
     """A named tool_choice's arguments: the whole answer is one call to that tool."""
-    return CallGuard([], {"search": REQUIRED["search"]}, close).to_args()
+    return to_args(None, CallGuard([], {"search": REQUIRED["search"]}, close))
 
 
 class Seen:
@@ -108,8 +109,9 @@ def test_the_argument_close(monkeypatch):
     run([(args("required", 5.5), text) for text in (ANSWERS["close"], escaped, ANSWERS["spaced bare"])] * 3, seen)
     # rows with other close biases, and one whose enders also get a ban (after a repeated call)
     call = '{"name": "get_time", "arguments": {}}'
-    banned = {**CallGuard([], REQUIRED, 5.5).to_args(), "toolbridge_bias": 0, "toolbridge_next_bias": 1.0,
-              "toolbridge_bias_ids": [1], "toolbridge_open_ids": ENCODE('"}}') + ENCODE('"}') + ENCODE("}}")}
+    ban = ENCODE('"}}') + ENCODE('"}') + ENCODE("}}")
+    banned = {ARG: {"guard": CallGuard([], REQUIRED, 5.5).pack(),
+                    "steering": {"bias": 0, "next": 1.0, "call": [1], "opens": ban}}}
     run([(args("required", 3.0), ANSWERS["close"]), (args("auto", 5.5), ANSWERS["late"]),
          (banned, call + call + '{"name": "search", "arguments": {"query": "cats", "n": 1}}')], seen)
     assert seen.deciding >= 40
@@ -156,9 +158,9 @@ def test_mixed_batches(monkeypatch, seed):
 
 
 def ending(close: float = 0.0, parallel: bool = True) -> dict:
-    """`auto` arguments whose answer ends after its calls (toolbridge.ending)."""
+    """`auto` arguments whose answer ends after its calls (toolbridge.steer.ending)."""
     follow = Follow(("</tool_call>", "```"), ("<tool_call>", '{"name": "search"') if parallel else ())
-    return {**args("auto", close), **CallGuard(call_starts(get_dialect("tags")), REQUIRED, close, follow).to_args()}
+    return to_args(steering(), CallGuard(call_starts(get_dialect("tags")), REQUIRED, close, follow))
 
 
 def test_the_end_after_calls(monkeypatch):

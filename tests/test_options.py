@@ -1,28 +1,32 @@
 """Per-request options: keys, environment, the defaults for each kind of model."""
 import pytest
 
-from toolbridge.options import DEFAULTS, resolve
+from pathlib import Path
+
+from toolbridge.options import OPTIONS, PROFILES, default, markdown_table, resolve
 from toolbridge.request import prepare
 
 
 def test_resolve_order_kwargs_then_env_then_default():
-    assert resolve({}, env={}).dialect.name == "tags" and resolve({}, env={}).call_bias == DEFAULTS[False].call_bias
+    assert resolve({}, env={}).dialect.name == "tags" and resolve({}, env={}).policy.start_after_user == default("tb_call_bias")
     env = {"TOOLBRIDGE_DIALECT": "json", "TOOLBRIDGE_CALL_BIAS": "2"}
-    assert (resolve({}, env=env).dialect.name, resolve({}, env=env).call_bias) == ("json", 2.0)
+    assert (resolve({}, env=env).dialect.name, resolve({}, env=env).policy.start_after_user) == ("json", 2.0)
     got = resolve({"tb_dialect": "react", "tb_call_bias": 0}, env=env)
-    assert (got.dialect.name, got.call_bias) == ("react", 0.0)
+    assert (got.dialect.name, got.policy.start_after_user) == ("react", 0.0)
 
 
 def test_a_tool_trained_model_gets_its_own_measured_defaults():
-    assert resolve({}, env={}, tool_trained=True).call_bias == DEFAULTS[True].call_bias < DEFAULTS[False].call_bias
-    assert resolve({"tb_call_bias": 5}, env={}, tool_trained=True).call_bias == 5.0  # what the user sets wins
-    assert all(d.measured_on for d in DEFAULTS.values())
+    assert resolve({}, env={}, tool_trained=True).policy.start_after_user == default("tb_call_bias", True) < default(
+        "tb_call_bias")
+    assert resolve({"tb_call_bias": 5}, env={}, tool_trained=True).policy.start_after_user == 5.0  # the user's wins
+    assert all(p.measured_on for p in PROFILES)
     req = prepare(tools=[{"type": "function", "function": {"name": "f"}}], messages=[{"role": "user", "content": "x"}],
                   tool_trained=True, env={})
-    assert req.steer and req.options.call_bias == DEFAULTS[True].call_bias
+    assert req.steer and req.policy.start_after_user == default("tb_call_bias", True)
 
 
-@pytest.mark.parametrize("kwargs", [{"tb_dialect": "xml"}, {"tb_call_bias": "lots"}])
+@pytest.mark.parametrize("kwargs", [{"tb_dialect": "xml"}, {"tb_call_bias": "lots"}, {"tb_formats": "maybe"},
+                                    {"tb_word_checks": "spelling"}, {"tb_again_bias": 1}])
 def test_resolve_rejects_unknown_values(kwargs):
     with pytest.raises(ValueError):
         resolve(kwargs, env={})
@@ -44,7 +48,35 @@ def test_the_next_call_bias_needs_an_answer_that_may_hold_several_calls():
     req = prepare(tools=tools, messages=msgs, template_kwargs={"tb_call_bias": 0, "tb_next_bias": 6}, env={})
     assert req.steer and req.next_bias == 6.0  # steering on for the next call alone
     assert prepare(tools=tools, messages=msgs, parallel_tool_calls=False, tool_trained=True, env={}).next_bias == 0.0
-    assert prepare(tools=tools, messages=msgs, tool_trained=True, env={}).next_bias == DEFAULTS[True].next_bias
-    assert resolve({}, env={"TOOLBRIDGE_NEXT_BIAS": "4"}).next_bias == 4.0
+    assert prepare(tools=tools, messages=msgs, tool_trained=True, env={}).next_bias == default("tb_next_bias", True)
+    assert resolve({}, env={"TOOLBRIDGE_NEXT_BIAS": "4"}).policy.next_call == 4.0
     off = prepare(tools=tools, messages=msgs, template_kwargs={"tb_call_bias": 0, "tb_next_bias": 0}, env={})
     assert not off.steer
+
+
+def test_every_option_reads_its_key_then_its_environment_variable():
+    """The request keys and environment variables are the table's: each option resolves from its
+    key over its variable over its default."""
+    samples = {"text": ("json", "react"), "bool": (False, True), "number": (1.5, 2.5),
+               "checks": (frozenset({"asked"}), frozenset({"unrelated"}))}
+    for o in OPTIONS:
+        if o.key == "tb_template":
+            continue  # read by the llama.cpp adapter (llamacpp_ext.prompt), a source text
+        key_value, env_value = samples[o.kind]
+        env = {o.env: ",".join(env_value) if o.kind == "checks" else str(env_value)}
+        assert _read_back(resolve({}, env=env), o.key) == env_value
+        assert _read_back(resolve({o.key: key_value}, env=env), o.key) == key_value
+
+
+def _read_back(options, key):
+    p = options.policy
+    return {"tb_dialect": options.dialect.name, "tb_example": options.example, "tb_system_role": options.system_role,
+            "tb_call_bias": p.start_after_user, "tb_result_bias": p.start_after_results, "tb_next_bias": p.next_call,
+            "tb_close_bias": p.close, "tb_end_after_calls": p.end_after_calls, "tb_word_checks": p.words,
+            "tb_formats": p.formats}[key]
+
+
+def test_the_readme_options_table_is_the_option_table():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme, "README's options table differs: paste toolbridge.options.markdown_table()"
+    assert len(readme.splitlines()) <= 250

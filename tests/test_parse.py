@@ -244,7 +244,7 @@ def test_lenient_reader_repairs_as_json_repair_does(text):
 
 # -- history markup: the model writes a tool result or a new turn itself ------------------------------
 
-from toolbridge.markers import TURN_MARKERS, history, markers  # noqa: E402
+from toolbridge.parsing.markers import TURN_MARKERS, history, markers  # noqa: E402
 
 CALL = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 HISTORY = sorted({(d.name, text) for d in DIALECTS.values() for text in history(d)})
@@ -285,7 +285,7 @@ def test_turn_markers_end_the_answer(marker):
 
 def test_turn_markers_are_what_the_prompt_guards():
     """The prompt renderer breaks each turn marker in user and tool content (render.GUARDED)."""
-    from toolbridge.render import GUARDED
+    from toolbridge.prompt.render import GUARDED
 
     for marker in TURN_MARKERS:
         assert any(g in marker for g in GUARDED), marker
@@ -340,7 +340,7 @@ def test_end_markers_contain_no_other():
 
 def test_turn_cut_of_a_plain_answer():
     """A plain answer (no tools in play) ends at a chat turn marker, whole or in any split."""
-    from toolbridge.markers import TurnCut
+    from toolbridge.parsing.markers import TurnCut
 
     text = "Sunny, 21C.<|im_end|>\n<|im_start|>user\nmore"
     assert TurnCut.whole(text) == "Sunny, 21C."

@@ -2,8 +2,9 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from toolbridge.options import DEFAULTS, resolve
-from toolbridge.relevance import asked_for, own_words, tool_words, unrelated, user_words, words
+from toolbridge.options import default, resolve
+from toolbridge.steer.policy import AGAIN, ENOUGH, UNRELATED
+from toolbridge.steer.relevance import asked_for, own_words, tool_words, unrelated, user_words, words
 from toolbridge.request import check, prepare
 from toolbridge.tools import normalize_tools
 
@@ -80,17 +81,18 @@ def test_the_users_words_never_raise_on_any_history(messages):
 def test_a_question_no_tool_speaks_of_gets_the_unrelated_bias_on_its_call_starts():
     tools, joke = [WEATHER, SEARCH], user("Tell me a joke about cats")
     assert check(tools=tools, messages=joke).unrelated and not check(tools=tools, messages=user("weather?")).unrelated
-    trained = DEFAULTS[True]
-    assert trained.unrelated_bias < 0 and DEFAULTS[False].unrelated_bias == 0
-    assert prepare(tools=tools, messages=joke, tool_trained=True, env={}).steer_bias == (
-        trained.call_bias + trained.unrelated_bias)
-    assert prepare(tools=tools, messages=user("weather in Rome?"), tool_trained=True, env={}).steer_bias == trained.call_bias
-    assert prepare(tools=tools, messages=joke, template_kwargs={"tb_unrelated_bias": 0}, tool_trained=True,
-                   env={}).steer_bias == trained.call_bias
-    assert resolve({}, env={"TOOLBRIDGE_UNRELATED_BIAS": "-2"}).unrelated_bias == -2.0
+    on = {"tb_word_checks": "unrelated"}
+    start = default("tb_call_bias", True)
+    assert prepare(tools=tools, messages=joke, template_kwargs=on, tool_trained=True, env={}).steer_bias == start + UNRELATED
+    assert prepare(tools=tools, messages=user("weather in Rome?"), template_kwargs=on, tool_trained=True,
+                   env={}).steer_bias == start
+    for off in ({"tb_word_checks": False}, {"tb_word_checks": "asked,grounded"}):
+        assert prepare(tools=tools, messages=joke, template_kwargs=off, tool_trained=True, env={}).steer_bias == start
+    assert "unrelated" in resolve({}, env={"TOOLBRIDGE_WORD_CHECKS": "unrelated"}).policy.words
     after_result = [*joke, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
         "name": "get_current_weather", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
-    assert prepare(tools=tools, messages=after_result, tool_trained=True, env={}).steer_bias == trained.result_bias
+    assert prepare(tools=tools, messages=after_result, template_kwargs=on, tool_trained=True,
+                   env={}).steer_bias == default("tb_result_bias", True)
 
 
 FLIP = {"type": "function", "function": {"name": "flipImageAction", "description": "Flips the image.",
@@ -140,19 +142,20 @@ def test_a_single_tool_is_never_asked_for_by_name():
 
 def test_the_plan_reads_the_tools_asked_for_only_where_the_steering_counts_calls():
     tools, both = [FLIP, ROTATE], user("turn it by 20 degrees and flip it horizontally")
-    trained = DEFAULTS[True]
-    assert trained.again_bias > 0 > trained.enough_bias and DEFAULTS[False].again_bias == DEFAULTS[False].enough_bias == 0
-    req = prepare(tools=tools, messages=both, tool_trained=True, env={})
-    assert req.asked == {"flipImageAction", "rotateImageAction"} and req.next_bias == trained.next_bias
-    assert prepare(tools=tools, messages=user("make the image nicer"), tool_trained=True, env={}).asked == set()
-    assert prepare(tools=tools, messages=both, tool_trained=True, env={}, parallel_tool_calls=False).asked == set()
-    assert prepare(tools=tools, messages=both, tool_trained=True, env={}, tool_choice="required").asked == set()
-    assert prepare(tools=tools, messages=both, template_kwargs={"tb_again_bias": 0, "tb_enough_bias": 0},
-                   tool_trained=True, env={}).asked == set()
-    assert prepare(tools=tools, messages=both, env={}).asked == set()  # not the default for untrained models
-    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_AGAIN_BIAS": "2"}).asked
-    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_ENOUGH_BIAS": "-2"}).asked
-    assert resolve({}, env={"TOOLBRIDGE_AGAIN_BIAS": "2", "TOOLBRIDGE_ENOUGH_BIAS": "-1"}).again_bias == 2.0
+    on = {"tb_word_checks": "asked"}
+    assert AGAIN > 0 > ENOUGH
+    req = prepare(tools=tools, messages=both, template_kwargs=on, tool_trained=True, env={})
+    assert req.asked == {"flipImageAction", "rotateImageAction"} and req.next_bias == default("tb_next_bias", True)
+    assert (req.policy.again, req.policy.enough) == (AGAIN, ENOUGH)
+    assert prepare(tools=tools, messages=user("make the image nicer"), template_kwargs=on, tool_trained=True,
+                   env={}).asked == set()
+    assert prepare(tools=tools, messages=both, template_kwargs=on, tool_trained=True, env={},
+                   parallel_tool_calls=False).asked == set()
+    assert prepare(tools=tools, messages=both, template_kwargs=on, tool_trained=True, env={},
+                   tool_choice="required").asked == set()
+    assert prepare(tools=tools, messages=both, template_kwargs={"tb_word_checks": False}, tool_trained=True,
+                   env={}).asked == set()
+    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_WORD_CHECKS": "asked"}).asked
     after_result = [*both, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
         "name": "flipImageAction", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
-    assert prepare(tools=tools, messages=after_result, tool_trained=True, env={}).asked == set()
+    assert prepare(tools=tools, messages=after_result, template_kwargs=on, tool_trained=True, env={}).asked == set()

@@ -124,8 +124,8 @@ def test_unmatched_tool_message_renders_without_name():
 @pytest.mark.parametrize("example", [True, False])
 def test_cached_instruction_renders_the_same_prompt(dialect, force, example):
     """tb_instruction (the text tools_instruction gives, kept per tool set) changes nothing."""
-    from toolbridge.chat_templates import FAMILIES, wrap
-    from toolbridge.render import compile_template, tools_instruction
+    from toolbridge.prompt.chat_templates import FAMILIES, wrap
+    from toolbridge.prompt.render import compile_template, tools_instruction
 
     tpl = compile_template(wrap(FAMILIES["chatml"].stock, dialect=dialect, example=example))
     msgs = [{"role": "user", "content": "Weather in Paris?"}]

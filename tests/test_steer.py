@@ -1,9 +1,11 @@
-"""The `auto` steering at an answer's start (toolbridge.steer), shared by both engines."""
+"""The `auto` steering at an answer's start (toolbridge.steer.steering), shared by both engines."""
 import math
 from dataclasses import replace
 
 from toolbridge.dialects import get_dialect
-from toolbridge.steer import BAN, Steering, follows_user_turn
+from toolbridge.request import follows_user_turn
+from toolbridge.steer.args import ARG, from_args, to_args
+from toolbridge.steer.steering import BAN, Steering
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
 
@@ -53,11 +55,13 @@ def test_a_bare_json_call_at_the_answers_start_names_a_declared_tool():
 
 def test_steering_travels_as_request_arguments():
     s = Steering((1, 2), (1, 3), 4.5)
-    assert Steering.from_args(s.to_args()) == s
+    assert Steering.unpack(s.pack()) == s
+    assert list(to_args(s, None)) == [ARG] and from_args(to_args(s, None)) == (s, None)
     named = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["f"])
-    assert Steering.from_args(named.to_args()) == named
-    assert Steering.from_args({}) is None
-    assert Steering.from_args(Steering((1,), (), 0.0).to_args()) is None  # a bias of 0 is off
+    assert Steering.unpack(named.pack()) == named
+    assert Steering.unpack({}) is None and from_args({}) == from_args(None) == (None, None) and to_args(None, None) == {}
+    assert Steering.unpack(Steering((1,), (), 0.0).pack()) is None  # a bias of 0 is off
+    assert from_args(to_args(Steering((1,), (), 0.0), None)) == (None, None)
 
 
 def test_steering_only_answers_a_user_turn():
@@ -70,7 +74,7 @@ def test_steering_only_answers_a_user_turn():
 
 def test_the_next_call_bias_travels_and_keeps_steering_on_without_a_start_bias():
     s = Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"], next_bias=7)
-    assert Steering.from_args(s.to_args()) == s and s.changes([]) == []  # nothing at the start
+    assert Steering.unpack(s.pack()) == s and s.changes([]) == []  # nothing at the start
     assert s.after_call(["f"]) == [(t, 7.0) for t in s.starts] and s.after_call(["f", "f"]) == []
     assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(["f"]) == []
     banned = [(t, BAN) for t in (*s.starts, ord("`"))]  # `{` is a call start's first token here
@@ -88,10 +92,11 @@ def test_the_calls_bias_reads_which_asked_for_tools_are_called():
     one = replace(s, asked=frozenset({"f"}))
     assert one.after_call(["f"]) == [(t, 7.0) for t in s.starts]  # nothing else asked for
     assert one.after_call(["f", "f"]) == []  # one tool asked for: several calls to it may be wanted
-    assert Steering.from_args(s.to_args()) == s and Steering.from_args(one.to_args()) == one
+    assert Steering.unpack(s.pack()) == s and Steering.unpack(one.pack()) == one
     alone = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"]), asked=frozenset({"g"}), again=2.0)
-    assert Steering.from_args(alone.to_args()) == alone and alone.after_call(["f"]) == [(t, 2.0) for t in alone.starts]
-    assert Steering.from_args({**s.to_args(), "toolbridge_again": "nonsense"}) is None
+    assert Steering.unpack(alone.pack()) == alone and alone.after_call(["f"]) == [(t, 2.0) for t in alone.starts]
+    assert Steering.unpack({**s.pack(), "again": "nonsense"}) is None
+    assert from_args({ARG: {"steering": {**s.pack(), "again": "nonsense"}}}) == (None, None)
 
 
 def test_a_bias_against_calls_also_holds_back_every_opener_a_call_may_follow():

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from toolbridge import parse
 from toolbridge.dialects import DIALECTS
 from toolbridge.events import CallArgs, CallEnd, CallStart, Content
-from toolbridge.markers import markers
-from toolbridge.stream import StreamParser
+from toolbridge.parsing.markers import markers
+from toolbridge.parsing.stream import StreamParser
 from toolbridge.tools import normalize_tools
 
 from toolsets import TOOLS, ids

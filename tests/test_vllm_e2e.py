@@ -248,9 +248,9 @@ def test_the_argument_close_leaves_out_optional_arguments_nobody_gave(client, qi
     assert keys(8) == [{"topic"}]
 
 
-# vLLM request arguments named like toolbridge's own logit rules' arguments, malformed
-FORGED_XARGS = {"toolbridge_bias": 1, "toolbridge_bias_ids": ["x"], "toolbridge_call_guard": 3,
-                "toolbridge_close": ["y", "z"]}
+# a vLLM request argument named like toolbridge's own logit rules' argument (toolbridge.steer.args.ARG),
+# malformed (a request's vllm_xargs take flat values or lists of them)
+FORGED_XARGS = {"toolbridge": ["x", 3, "y"]}
 
 
 @pytest.mark.parametrize("with_tools", [False, True])

@@ -436,19 +436,20 @@ def test_render_carries_toolbridge_arguments(split):
     assert [t["begin"] for t in named["tags"]] and all('"search"' in t["begin"] for t in named["tags"]), named
     assert tag["none"] is None
     xargs = {k: v.get("extra_args") or {} for k, v in sp.items()}
-    assert xargs["auto-steered"]["toolbridge_bias"] == 20 and xargs["auto-steered"]["toolbridge_bias_ids"], xargs
-    assert "toolbridge_call_guard" in xargs["required"] and "toolbridge_call_guard" in xargs["named"], xargs
-    assert not any(k.startswith("toolbridge_") for k in xargs["none"]), xargs
-    # forged rule arguments do not pass: adjust_request writes its own
-    forged = rendered(render, {**CELLS["required"], "vllm_xargs": {"toolbridge_bias": 1, "toolbridge_close": ["y"]}})
-    assert "toolbridge_bias" not in forged["sampling_params"]["extra_args"], forged["sampling_params"]["extra_args"]
+    steered = xargs["auto-steered"]["toolbridge"]["steering"]
+    assert steered["bias"] == 20 and steered["call"], xargs
+    assert "guard" in xargs["required"]["toolbridge"] and "guard" in xargs["named"]["toolbridge"], xargs
+    assert "toolbridge" not in xargs["none"], xargs
+    # a forged rule argument does not pass: adjust_request writes its own
+    forged = rendered(render, {**CELLS["required"], "vllm_xargs": {"toolbridge": ["y", 1]}})
+    assert isinstance(forged["sampling_params"]["extra_args"]["toolbridge"], dict), forged["sampling_params"]["extra_args"]
     m = httpx.post(f"{render.base_url.removesuffix('/v1')}/v1/messages/render", timeout=120, json={
         "model": "smollm2", "max_tokens": 32, "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
         "tools": [{"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}],
         "tool_choice": {"type": "any"}})
     assert m.status_code == 200, m.text
     assert "<tool_call>" in m.json()["sampling_params"]["structured_outputs"]["structural_tag"]
-    assert "toolbridge_call_guard" in m.json()["sampling_params"]["extra_args"]
+    assert "guard" in m.json()["sampling_params"]["extra_args"]["toolbridge"]
 
 
 def test_split_chat_matrix(split):
@@ -495,7 +496,7 @@ def test_derender_takes_the_request_as_adjust_request_left_it(split):
 def test_split_plain_answer_ends_at_the_end_of_turn_token(split):
     """vLLM 0.32's /derender decodes with skip_special_tokens=False whenever a tool parser is
     configured, so a plain answer's text holds the model's `<|im_end|>`: the parser's plain
-    pass-through cuts it there (toolbridge.markers.TurnCut)."""
+    pass-through cuts it there (toolbridge.parsing.markers.TurnCut)."""
     render, generate = split
     for stream in (False, True):
         a = split_chat(render, generate, CELLS["none"], stream)

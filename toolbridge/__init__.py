@@ -6,10 +6,10 @@ It imports neither vllm nor llama_cpp.
 """
 from .dialects import DEFAULT_DIALECT, DIALECTS, Dialect, get_dialect
 from .errors import BadRequest
-from .parse import ParseResult, collect, parse
-from .render import render_messages, tools_instruction
+from .parsing.answer import ParseResult, collect, parse
+from .prompt.render import render_messages, tools_instruction
 from .events import CallArgs, CallEnd, CallStart, Content, Event, ToolCall, new_call_id
-from .stream import StreamParser
+from .parsing.stream import StreamParser
 from .tools import Tool, ToolChoice, check_tool_results, normalize_tool_choice, normalize_tools
 
 __version__ = "0.1.0"

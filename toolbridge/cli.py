@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from .dialects import DIALECTS
-from .chat_templates import FAMILIES, read_stock, template_dir, template_path, wrap, write_all
+from .prompt.chat_templates import FAMILIES, read_stock, template_dir, template_path, wrap, write_all
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,42 +1,11 @@
-"""toolbridge's per-request options, read alike by both engines.
+"""toolbridge's per-request options: one table (`OPTIONS`) that the request keys, the environment
+variables, the resolution order and the README's options table all come from.
 
-From the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp the model's
-`chat_template_kwargs`), else the environment, else the defaults for the kind of model served
-(`DEFAULTS`, each chosen on bench/accuracy with the model it names):
-
-- `tb_dialect` / TOOLBRIDGE_DIALECT: the call format prompts ask for (grammars follow it;
-  the parser reads every dialect anyway).
-- `tb_call_bias` / TOOLBRIDGE_CALL_BIAS: for `auto`, how many nats the call marker's first
-  token is favoured at the answer's first position (toolbridge.steer); 0 turns it off.
-- `tb_result_bias` / TOOLBRIDGE_RESULT_BIAS: the same steering for an `auto` answer that follows
-  tool results, where a model should mostly answer; negative disfavours a call (a small model
-  otherwise writes the result, or the call, again); 0 turns it off.
-- `tb_next_bias` / TOOLBRIDGE_NEXT_BIAS: right after a call in an `auto` answer that may hold
-  several (parallel_tool_calls not false), how many nats every call start's first token is
-  favoured, against ending the answer there (toolbridge.steer); 0 turns it off.
-- `tb_unrelated_bias` / TOOLBRIDGE_UNRELATED_BIAS: for `auto` after a user turn whose words meet
-  none of the tools' words (toolbridge.relevance), added to the call bias; negative disfavours a
-  call; 0 turns it off.
-- `tb_again_bias` / TOOLBRIDGE_AGAIN_BIAS: added to the next-call bias after a first call when
-  the user's words still name another tool (a word only that other tool is described by:
-  toolbridge.relevance.asked_for); 0 turns it off.
-- `tb_enough_bias` / TOOLBRIDGE_ENOUGH_BIAS: on every call start after an answer's second or later
-  call, once the question asked for two or more tools by such words and each is called; negative
-  disfavours another call; 0 turns it off.
-- `tb_grounded` / TOOLBRIDGE_GROUNDED: for `auto`, an answer's first call must take its required
-  argument values from the conversation (toolbridge.grounding); where it makes one up, the engine answers
-  again without a call (`python -m llamacpp_ext`; vLLM's parser cannot ask for another answer).
-  `false` (or 0) turns it off.
-- `tb_close_bias` / TOOLBRIDGE_CLOSE_BIAS: inside a call, how many nats closing the arguments is
-  favoured when the model would go on to an optional argument after every required one
-  (toolbridge.callguard); 0 turns it off.
-- `tb_end_after_calls` / TOOLBRIDGE_END_AFTER_CALLS: an answer ends after its calls: once a call is
-  complete, only another call or the end of the turn may follow (the engines hold the next tokens
-  to those, toolbridge.callguard.CallGuard.ending; the parser shows no text after a call). `false`
-  lets text after calls through, as content. The same default for every kind of model.
-- `tb_example`, `tb_system_role`: what the template prelude shows (toolbridge.render): the call
-  example (default on), the system turn (default: as the stock template supports it);
-  `tb_template`: the llama.cpp adapter's choice of stock template.
+An option is read from the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp
+the model's `chat_template_kwargs`), else the environment (`TOOLBRIDGE_<NAME>`), else its default.
+A default that depends on the served model is given per profile (`PROFILES`): whether the model's
+own chat template renders tools (toolbridge.prompt.chat_templates.renders_tools), with the model each was
+measured on (docs/measurements.md). The steering options become one `Policy` (toolbridge.steer.steering.policy).
 """
 from __future__ import annotations
 
@@ -44,71 +13,64 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .dialects import Dialect, get_dialect
+from .dialects import DEFAULT_DIALECT, Dialect, get_dialect
+from .steer.policy import Policy
 
-KEYS = ("tb_template", "tb_dialect", "tb_example", "tb_system_role", "tb_call_bias", "tb_result_bias", "tb_close_bias",
-        "tb_next_bias", "tb_unrelated_bias", "tb_again_bias", "tb_enough_bias", "tb_grounded",
-        "tb_end_after_calls")
+WORD_CHECKS = ("unrelated", "asked", "grounded")  # toolbridge.steer.steering.words
 
 
 @dataclass(frozen=True)
-class Defaults:
-    """toolbridge's defaults for one kind of model, and the model they were measured on."""
+class Profile:
+    """A kind of served model, and the model its defaults were measured on."""
 
+    name: str
     measured_on: str
-    call_bias: float
-    close_bias: float
-    result_bias: float
-    next_bias: float
-    unrelated_bias: float
-    again_bias: float
-    enough_bias: float
-    grounded: bool
 
 
-# By whether the model's own chat template renders tools (toolbridge.chat_templates.renders_tools), that
-# is, whether the model was trained for tool calls. A tool-trained model starts calls more
-# readily, so it needs a smaller push to call: at 5 nats Qwen2.5-Coder-0.5B also called on 3 of the
-# 12 questions that need no tool, at 3 on none (the README's tables). After tool results,
-# SmolLM2-135M wrote the result again (`<tool_response>...`) or repeated the call instead of
-# answering; at -3 or -5 on the call starts it answered from the result. Tool-trained models keep
-# their own judgement there (not measured: 0). Against a call on a question whose words meet no tool's
-# (toolbridge.relevance): from Qwen2.5-Coder-0.5B's first-token log-probabilities on 36 live irrelevance
-# and 72 live simple and multiple questions of BFCL (bench/decisions.py), it calls on 26 of the 36 at a
-# call bias of 3; 8 nats against the call where no word meets leave 16, 5 leave 21, 12 no fewer than 8,
-# and 67 of the 72 that want a call still call (69 without). SmolLM2's kind is not measured with it (0).
-# Right after the first call, where the question names a tool still uncalled by a word only that tool has
-# (toolbridge.relevance.asked_for): on BFCL's 24 live parallel-multiple and 60 live multiple questions, the
-# next call ranked 7.1-10.5 nats below the end on 6 that want several calls and stopped after one, and
-# 9.9-16.4 on the 18 single-call questions where the words named another tool; 3.5 more than the
-# next-call bias of 7 makes those 6 second calls (3 makes 4) and adds one to 1 of the 57 single-call
-# answers (at 9.9: so does any value from 2.9; from 3.9 on, more). After the second call, with every
-# named tool called, a third call ranked at most 0.75 nats above the end (a repeated flip); -5 holds it
-# back. A first call whose argument values appear nowhere in the conversation (toolbridge.grounding): on
-# BFCL's live questions (36 each of simple, multiple and irrelevance, 12 parallel, 24 parallel multiple),
-# 8 of Qwen's 17 false calls on irrelevance questions, none of the calls BFCL counts right, and none of
-# bench/accuracy's 45 calls (judging optional arguments too would have cost 4 of those).
-AGAIN, ENOUGH = 3.5, -5.0
-DEFAULTS: dict[bool, Defaults] = {
-    False: Defaults("SmolLM2-135M-Instruct", call_bias=5.0, close_bias=0.0, result_bias=-5.0, next_bias=0.0,
-                    unrelated_bias=0.0, again_bias=0.0, enough_bias=0.0, grounded=False),
-    True: Defaults("Qwen2.5-Coder-0.5B-Instruct", call_bias=3.0, close_bias=5.5, result_bias=0.0, next_bias=7.0,
-                   unrelated_bias=-8.0, again_bias=AGAIN, enough_bias=ENOUGH, grounded=True),
-}
+PROFILES = (Profile("no tool template", "SmolLM2-135M-Instruct"), Profile("tool-trained", "Qwen2.5-Coder-0.5B-Instruct"))
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its request key, type, default (one, or one per profile) and what it moves."""
+
+    key: str
+    kind: str  # "text", "bool", "number" or "checks"
+    default: Any  # a value, or a tuple with one per profile (PROFILES' order)
+    moves: str  # the decision it moves, for the README's table
+
+    @property
+    def env(self) -> str:
+        return "TOOLBRIDGE_" + self.key[3:].upper()
+
+    def default_for(self, tool_trained: bool) -> Any:
+        return self.default[int(tool_trained)] if isinstance(self.default, tuple) else self.default
+
+
+OPTIONS = (
+    Option("tb_dialect", "text", DEFAULT_DIALECT, "the call format the prompt asks for (the parser reads every one)"),
+    Option("tb_example", "bool", True, "the prompt shows a call example"),
+    Option("tb_system_role", "bool", None, "the tool list goes in a system turn (unset: as the template allows)"),
+    Option("tb_template", "text", None, "llama.cpp: the stock template (a family, a file, `native`; unset: the model's)"),
+    Option("tb_call_bias", "number", (5.0, 3.0), "`auto`, answer start after a user turn: nats on a call's first token"),
+    Option("tb_result_bias", "number", (-5.0, 0.0), "`auto`, answer start after tool results (negative: answer)"),
+    Option("tb_next_bias", "number", (0.0, 7.0), "`auto`, right after the first call: nats on another call's start"),
+    Option("tb_close_bias", "number", (0.0, 5.5), "inside a call, after every required argument: nats on closing it"),
+    Option("tb_end_after_calls", "bool", True, "after a complete call only another call or the end may follow"),
+    Option("tb_word_checks", "checks", (False, True),
+           "English word checks: `unrelated`, `asked`, `grounded` (true: all, false: none, or a list)"),
+    Option("tb_formats", "bool", True, "string arguments follow the separators their description's examples show"),
+)
+KEYS = tuple(o.key for o in OPTIONS)
+# Options that are gone, with what moves the same decision now: a request that sends one is told.
+RETIRED = {"tb_unrelated_bias": "tb_word_checks", "tb_again_bias": "tb_word_checks",
+           "tb_enough_bias": "tb_word_checks", "tb_grounded": "tb_word_checks"}
 
 
 @dataclass(frozen=True)
 class Options:
     dialect: Dialect
-    call_bias: float
-    close_bias: float = 0.0
-    result_bias: float = 0.0
-    next_bias: float = 0.0
-    unrelated_bias: float = 0.0
-    again_bias: float = 0.0
-    enough_bias: float = 0.0
-    grounded: bool = False  # an auto answer's first call must take its values from the conversation
-    end_after_calls: bool = True  # after a complete call, only another call or the end of the turn
+    policy: Policy = Policy()
     example: bool = True  # the prelude shows a call example
     system_role: bool | None = None  # the prelude's tools go in a system turn (None: as the template allows)
     template: str | None = None  # llama.cpp: the stock template's source (None: the model's own)
@@ -116,41 +78,35 @@ class Options:
 
 def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os.environ,
             tool_trained: bool = False) -> Options:
-    """Options from template kwargs, then environment, then the defaults for the kind of model
-    (ValueError when unknown)."""
+    """Options from template kwargs, then environment, then the profile's defaults (ValueError for
+    a value of the wrong kind, an unknown dialect or a retired option)."""
     kwargs = kwargs or {}
-    dialect = get_dialect(kwargs.get("tb_dialect") or env.get("TOOLBRIDGE_DIALECT") or None)
-    defaults = DEFAULTS[tool_trained]
-    system_role = kwargs.get("tb_system_role")
-    return Options(dialect, _number(kwargs, env, "tb_call_bias", defaults.call_bias),
-                   _number(kwargs, env, "tb_close_bias", defaults.close_bias),
-                   _number(kwargs, env, "tb_result_bias", defaults.result_bias),
-                   _number(kwargs, env, "tb_next_bias", defaults.next_bias),
-                   _number(kwargs, env, "tb_unrelated_bias", defaults.unrelated_bias),
-                   _number(kwargs, env, "tb_again_bias", defaults.again_bias),
-                   _number(kwargs, env, "tb_enough_bias", defaults.enough_bias),
-                   _flag(kwargs, env, "tb_grounded", defaults.grounded),
-                   _flag(kwargs, env, "tb_end_after_calls", True),
-                   example=kwargs.get("tb_example", True) is not False,
-                   system_role=None if system_role is None else bool(system_role),
-                   template=kwargs.get("tb_template") or None)
+    for key, now in RETIRED.items():
+        if key in kwargs or "TOOLBRIDGE_" + key[3:].upper() in env:
+            raise ValueError(f"{key} is no longer an option; {now} turns the word checks on or off")
+    v = {o.key[3:]: _read(o, kwargs, env, tool_trained) for o in OPTIONS}
+    policy = Policy(v["call_bias"], v["result_bias"], v["next_bias"], v["close_bias"], v["end_after_calls"],
+                    v["word_checks"], v["formats"])
+    return Options(get_dialect(v["dialect"] or None), policy, v["example"], v["system_role"], v["template"])
 
 
-def _given(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: Any) -> Any:
-    """An option's value: the template kwarg `key`, else TOOLBRIDGE_<KEY> from the environment, else `default`."""
-    return kwargs.get(key, env.get("TOOLBRIDGE_" + key[3:].upper(), default))
+def _read(o: Option, kwargs: Mapping[str, Any], env: Mapping[str, str], tool_trained: bool) -> Any:
+    value = kwargs[o.key] if o.key in kwargs else env.get(o.env, o.default_for(tool_trained))
+    if value is None:
+        return None
+    if o.kind == "number":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{o.key} must be a number, not {value!r}") from None
+    if o.kind == "bool":
+        return _flag(o.key, value)
+    if o.kind == "checks":
+        return _checks(o.key, value)
+    return str(value) or None
 
 
-def _number(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: float) -> float:
-    value = _given(kwargs, env, key, default)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} must be a number, not {value!r}") from None
-
-
-def _flag(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: bool) -> bool:
-    value = _given(kwargs, env, key, default)
+def _flag(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
@@ -161,3 +117,41 @@ def _flag(kwargs: Mapping[str, Any], env: Mapping[str, str], key: str, default: 
     if text in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"{key} must be true or false, not {value!r}")
+
+
+def _checks(key: str, value: Any) -> frozenset[str]:
+    """true / false, or the checks named (a list, or text separated by commas)."""
+    names = value if isinstance(value, (list, tuple, set, frozenset)) else None
+    if names is None:
+        try:
+            return frozenset(WORD_CHECKS) if _flag(key, value) else frozenset()
+        except ValueError:
+            names = [n for n in str(value).replace(" ", "").split(",") if n]
+    unknown = [n for n in names if n not in WORD_CHECKS]
+    if unknown:
+        raise ValueError(f"{key} must be true, false or some of {', '.join(WORD_CHECKS)}, not {value!r}")
+    return frozenset(names)
+
+
+def markdown_table() -> str:
+    """The README's options table, made from `OPTIONS`."""
+    rows = ["| key | environment | default (" + " / ".join(p.name for p in PROFILES) + ") | moves |", "|---|---|---|---|"]
+    for o in OPTIONS:
+        default = " / ".join(map(_shown, o.default)) if isinstance(o.default, tuple) else _shown(o.default)
+        rows.append(f"| `{o.key}` | `{o.env}` | {default} | {o.moves} |")
+    return "\n".join(rows)
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, float):
+        return f"`{value:g}`"
+    return f"`{value}`"
+
+
+def default(key: str, tool_trained: bool = False) -> Any:
+    """An option's default for the profile."""
+    return next(o for o in OPTIONS if o.key == key).default_for(tool_trained)

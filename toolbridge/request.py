@@ -22,25 +22,27 @@ from __future__ import annotations
 import json
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 from .jsondata import plain_data
-from .markers import plain_stops
+from .parsing.markers import plain_stops
 from .memo import Memo
 from .dialects import Dialect
 from .errors import BadRequest
 from .events import ToolCall, new_call_id
-from .grammar import Entry, call_starts, entries
-from .callguard import CallGuard
-from .ending import Follow, closes
+from .constrain.grammar import Entry, call_starts, entries
+from .steer.callguard import CallGuard
+from .steer.ending import Follow, closes
 from .options import Options, resolve
-from .parse import ParseResult, parse
-from .grounding import conversation_marks, invented
-from .relevance import asked_for, own_words, tool_words, unrelated, user_words
-from .steer import follows_user_turn
-from .stream import StreamParser
+from .steer.policy import Policy
+from .parsing.answer import ParseResult, parse
+from .steer.grounding import conversation_marks, invented
+from .steer.relevance import asked_for, own_words, tool_words, unrelated, user_words
+from .steer.steering import Steering
+from .steer.vocab import Vocabulary
+from .parsing.stream import StreamParser
 from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
                     tool_fields)
 
@@ -72,12 +74,12 @@ class ToolSet:
 
     @cached_property
     def words(self) -> tuple[frozenset[str], ...]:
-        """Each tool's words (toolbridge.relevance.tool_words)."""
+        """Each tool's words (toolbridge.steer.relevance.tool_words)."""
         return tuple(tool_words(t) for t in self.tools)
 
     @cached_property
     def own_words(self) -> tuple[frozenset[str], ...]:
-        """Each tool's words that no other tool here has (toolbridge.relevance.own_words)."""
+        """Each tool's words that no other tool here has (toolbridge.steer.relevance.own_words)."""
         return own_words(self.words)
 
     def memo(self, key: Hashable, build: Callable[[], T]) -> T:
@@ -126,26 +128,26 @@ class CheckedRequest:
 
     @cached_property
     def unrelated(self) -> bool:
-        """The answer follows user turns that share no word with the tools (toolbridge.relevance):
+        """The answer follows user turns that share no word with the tools (toolbridge.steer.relevance):
         read only where a plan can use it, since it reads every user turn."""
         return self.after_user and bool(self.toolset.tools) and unrelated(self.said[0], self.toolset.words)
 
     @cached_property
     def asked(self) -> frozenset[str]:
-        """The tools the user turns ask for by name (toolbridge.relevance.asked_for): read only where
+        """The tools the user turns ask for by name (toolbridge.steer.relevance.asked_for): read only where
         a plan can use it."""
         ts = self.toolset
         return asked_for(self.said[1], [t.name for t in ts.tools], ts.own_words) if self.after_user else frozenset()
 
     @cached_property
     def said(self) -> tuple[frozenset[str], frozenset[str]]:
-        """The words of the user turns, all and the latest (toolbridge.relevance.user_words): read
+        """The words of the user turns, all and the latest (toolbridge.steer.relevance.user_words): read
         once, by whichever check needs them first."""
         return user_words(self.messages)
 
     @cached_property
     def seen(self) -> frozenset[str]:
-        """The words and numbers of every turn (toolbridge.grounding): read only where a call's values
+        """The words and numbers of every turn (toolbridge.steer.grounding): read only where a call's values
         are checked."""
         return conversation_marks(self.messages)
 
@@ -158,38 +160,41 @@ class ToolRequest:
     parallel: bool
     mode: str
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
-    steer_bias: float = 0.0  # call_bias (+ unrelated_bias) after a user turn, result_bias after tool results
-    tool_trained: bool = False  # the served model's own template renders tools
+    steer_bias: float = 0.0  # the policy's bias at the answer's start (toolbridge.steer.policy.Policy.start)
     asked: frozenset[str] = frozenset()  # the tools the question asks for by name, where the steering reads them
-    # the checked request, where an answer's first call is checked against the conversation
-    grounding: CheckedRequest | None = field(default=None, repr=False, compare=False)
+    checked: CheckedRequest | None = field(default=None, repr=False, compare=False)  # what `plan` read
 
     @property
     def grounded(self) -> bool:
-        """An `auto` answer's first call must take its values from the conversation."""
-        return self.grounding is not None
+        """An `auto` answer's first call must take its values from the conversation (the policy's
+        `grounded` word check)."""
+        return self.mode == LAZY and self.policy.grounded and self.checked is not None
 
     def invented(self, call: ToolCall) -> tuple[str, ...]:
-        """The arguments of `call` whose values the conversation does not hold (toolbridge.grounding);
+        """The arguments of `call` whose values the conversation does not hold (toolbridge.steer.grounding);
         none where the plan does not check them. The conversation is read at the first call checked."""
         tool = next((t for t in self.tools if t.name == call.name), None)
-        if self.grounding is None or tool is None:
+        if not self.grounded or tool is None:
             return ()
         try:
             arguments = json.loads(call.arguments)
         except ValueError:
             return ()
-        return invented(arguments, tool.parameters, self.grounding.seen)
+        return invented(arguments, tool.parameters, self.checked.seen)
 
     @property
     def steer(self) -> bool:
-        """The `auto` steering applies (toolbridge.steer)."""
+        """The `auto` steering applies (toolbridge.steer.steering)."""
         return self.mode == LAZY and (self.steer_bias != 0 or self.next_bias != 0 or bool(self.asked))
 
     @property
     def next_bias(self) -> float:
         """The steering's bias toward another call right after one: where the answer may hold several."""
-        return self.options.next_bias if self.parallel else 0.0
+        return self.policy.next_call if self.parallel else 0.0
+
+    @property
+    def policy(self) -> Policy:
+        return self.options.policy
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -212,38 +217,48 @@ class ToolRequest:
 
     @property
     def entries(self) -> list[Entry]:
-        """`auto`: what arms a call's constraint (toolbridge.grammar.entries), kept with the tool
+        """`auto`: what arms a call's constraint (toolbridge.constrain.grammar.entries), kept with the tool
         set; other modes: none."""
         if self.mode != LAZY:
             return []
-        return self.toolset.memo(("entries", self.dialect.name), lambda: entries(self.tools, self.dialect))
+        f = self.policy.formats
+        return self.toolset.memo(("entries", self.dialect.name, f), lambda: entries(self.tools, self.dialect, f))
+
+    def steering(self, vocab: Vocabulary) -> Steering:
+        """The `auto` steering in a vocabulary's ids (toolbridge.steer.steering), kept with the tool set."""
+        steering = self.toolset.memo(("steering", vocab.key, self.dialect.name, self.steer_bias, self.next_bias),
+                                     lambda: Steering.for_dialect(self.dialect, self.steer_bias, vocab.encode,
+                                                                  [t.name for t in self.tools], self.next_bias))
+        if not self.asked:
+            return steering
+        return replace(steering, asked=self.asked, again=self.policy.again, enough=self.policy.enough)
 
     def call_guard(self) -> CallGuard | None:
-        """A call guard for one answer (toolbridge.callguard): read from the answer's start when the
+        """A call guard for one answer (toolbridge.steer.callguard): read from the answer's start when the
         whole answer is calls, from the first call start under `auto`; none for other answers."""
         if self.mode not in (STRICT, LAZY):
             return None
         required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
-        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.options.close_bias,
+        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.policy.close,
                          self.follow)
 
     @property
     def follow(self) -> Follow | None:
-        """What may follow an `auto` answer's complete call (toolbridge.ending): its closing markup,
+        """What may follow an `auto` answer's complete call (toolbridge.steer.ending): its closing markup,
         then another call's trigger where parallel calls are allowed, or the end; None where the
         answer is not ended after its calls (the option is off; strict answers end by their grammar)."""
-        if self.mode != LAZY or not self.options.end_after_calls:
+        if self.mode != LAZY or not self.policy.end_after_calls:
             return None
         d = self.dialect
         return Follow(closes(d.close, d.calls_close), tuple(e.trigger for e in self.entries) if self.parallel else ())
 
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
         return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory,
-                            end_after_calls=self.options.end_after_calls)
+                            end_after_calls=self.policy.end_after_calls)
 
     def parse(self, text: str) -> ParseResult:
         return parse(text, self.tools, choice=self.choice, max_calls=self.max_calls,
-                     end_after_calls=self.options.end_after_calls)
+                     end_after_calls=self.policy.end_after_calls)
 
     def finish_reason(self, calls: Sequence[ToolCall], truncated: bool) -> str:
         """OpenAI's: `length` when cut off, `tool_calls` for calls under auto or required,
@@ -252,7 +267,7 @@ class ToolRequest:
         with `length`: the client sees what the model wrote and that it is incomplete, as OpenAI
         answers a cut-off call; an empty answer would say neither. Where the answer ends after its
         calls, a cut in the text after complete calls cut nothing the answer holds: `tool_calls`."""
-        if truncated and not (calls and calls[-1].complete and self.options.end_after_calls):
+        if truncated and not (calls and calls[-1].complete and self.policy.end_after_calls):
             return "length"
         return "tool_calls" if calls and self.choice.mode in ("auto", "required") else "stop"
 
@@ -276,7 +291,7 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
          user_constraint: bool = False, tool_trained: bool = False, env: Mapping[str, str] = os.environ) -> ToolRequest:
     """The request's plan for the served model; raises BadRequest for a request that must be
     answered 400. `tool_trained`: the model's own template renders tools (its defaults differ:
-    toolbridge.options.DEFAULTS)."""
+    toolbridge.options.PROFILES)."""
     try:
         options = resolve(template_kwargs, env, tool_trained)
     except ValueError as e:
@@ -297,13 +312,12 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
         stops += options.dialect.stop
     elif ts.tools:  # tool_choice none: the answer ends where the model would write call or result markup
         stops += plain_stops(options.dialect)
-    steer_bias = options.call_bias if checked.after_user else options.result_bias
-    if mode == LAZY and options.unrelated_bias and checked.unrelated:
-        steer_bias += options.unrelated_bias
-    counts = mode == LAZY and checked.parallel and (options.again_bias or options.enough_bias)
-    asked = checked.asked if counts else frozenset()
+    policy = options.policy
+    words = mode == LAZY and checked.after_user  # the word checks read user turns
+    steer_bias = policy.start(checked.after_user, words and "unrelated" in policy.words and checked.unrelated)
+    asked = checked.asked if words and checked.parallel and policy.asked else frozenset()
     return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
-                       steer_bias, tool_trained, asked, checked if mode == LAZY and options.grounded else None)
+                       steer_bias, asked, checked)
 
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,
@@ -341,3 +355,12 @@ def _stop_list(stop: Any) -> list[str]:
 def _required(tool: Tool) -> list[str]:
     """The arguments a tool's schema requires (the schema is checked: a list of names)."""
     return list(tool.parameters.get("required") or [])
+
+
+def follows_user_turn(messages: Sequence[Any]) -> bool:
+    """Whether the answer follows a user turn (system turns aside)."""
+    for m in reversed(list(messages or ())):
+        role = m.get("role") if isinstance(m, Mapping) else None
+        if role != "system":
+            return role == "user"
+    return False

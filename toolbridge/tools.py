@@ -16,7 +16,6 @@ import jsonschema_rs
 
 from .jsondata import plain_data
 from .errors import BadRequest
-from .formats import stated
 from .schema import RefError, Schema, check_refs, engine_schema
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
@@ -33,9 +32,8 @@ class Tool:
 
     @cached_property
     def engine_parameters(self) -> dict:
-        """The parameter schema in the subset the engines' grammar converters share, with the
-        formats its descriptions state by example (toolbridge.formats)."""
-        return engine_schema(stated(self.parameters))
+        """The parameter schema in the subset the engines' grammar converters share."""
+        return engine_schema(self.parameters)
 
     def errors(self, arguments: Any) -> list[str]:
         """Schema violations of `arguments`, as short messages (empty when valid)."""

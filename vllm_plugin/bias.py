@@ -1,24 +1,25 @@
-"""toolbridge's per-token logit rule (toolbridge.logits.token_changes: the `auto` call steering and
+"""toolbridge's per-token logit rule (toolbridge.steer.logits.token_changes: the `auto` call steering and
 the guard of calls) as one vLLM batch logits processor.
 
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
 `--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unsteered and
-unguarded. It touches only requests whose sampling params carry the rules (set by the tool
-parser's adjust_request; malformed ones are ignored). vLLM applies the structured-output mask before
-logits processors, so a token the constraint forbids stays at -inf whatever is added here.
+unguarded. It touches only requests whose sampling params carry the rules (toolbridge's one
+argument, toolbridge.steer.args, set by the tool parser's adjust_request; a malformed one is
+ignored). vLLM applies the structured-output mask before logits processors, so a token the
+constraint forbids stays at -inf whatever is added here.
 
 Per step it costs what the batch needs, not what it holds:
 - a request is kept only while a rule may still speak: steering within its horizon, or a guard;
 - an `auto` answer's guard, until a call starts, looks at each new token's id alone: only a token
-  whose text may begin a call start (toolbridge.vocab.Vocabulary.marks) is decoded and read, and the
+  whose text may begin a call start (toolbridge.steer.vocab.Vocabulary.marks) is decoded and read, and the
   tokens after it while a start may be forming;
 - the rule runs for the requests with steering in its horizon or an armed guard, each reading the
   text of its new token from the vocabulary's table of token texts (no tokenizer call);
-- all of the step's changes are written at once by the core's writer (toolbridge.logits.write: one
+- all of the step's changes are written at once by the core's writer (toolbridge.steer.logits.write: one
   indexed add, the holds in one masked select).
 Everything is decided on the CPU from the output token ids vLLM hands over (its lists, shared by
 reference, which it completes before logits processors run), except the argument close: where a
-guard decides on the model's top token (toolbridge.callguard.CallGuard.decides_at), the top is taken
+guard decides on the model's top token (toolbridge.steer.callguard.CallGuard.decides_at), the top is taken
 on the logits' device and looked up in the vocabulary's tables of the tokens that go on to another
 argument (Vocabulary.going_on), and the close bias is added where it does. On a GPU nothing is read
 back: the processor only queues work, and the engine's CPU work keeps overlapping the forward pass.
@@ -31,11 +32,12 @@ from typing import Any, Sequence
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.callguard import POINTS, CallGuard
-from toolbridge.logits import Edit, token_changes, write
-from toolbridge.ending import Ending
-from toolbridge.steer import Steering
-from toolbridge.vocab import Vocabulary, hf_vocabulary
+from toolbridge.steer.args import from_args
+from toolbridge.steer.callguard import POINTS, CallGuard
+from toolbridge.steer.logits import Edit, token_changes, write
+from toolbridge.steer.ending import Ending
+from toolbridge.steer.steering import Steering
+from toolbridge.steer.vocab import Vocabulary, hf_vocabulary
 
 
 class _Answer:
@@ -52,7 +54,7 @@ class _Answer:
         self.read = 0  # output tokens the guard has read
         self.forming = False  # unarmed guard: a call start may be forming at the end of its text
         self.marks = marks  # the tokens whose text may begin one of the guard's call starts
-        self.ending = ending  # what may follow a complete call, in the vocabulary's tokens (toolbridge.ending)
+        self.ending = ending  # what may follow a complete call, in the vocabulary's tokens (toolbridge.steer.ending)
         self.ends = ends  # the request's end tokens (end of sequence, the model's other end-of-turn tokens)
 
     @property
@@ -85,7 +87,7 @@ _NEVER = len(POINTS)  # the row of `going` where no token goes on
 
 class _CloseTables:
     """A vocabulary's argument-close tables on one device, for logits `width` wide: `going`, for each
-    decision point (toolbridge.callguard.POINTS) then each token, whether the token goes on to another
+    decision point (toolbridge.steer.callguard.POINTS) then each token, whether the token goes on to another
     argument there (flat: point * width + token; a last row, _NEVER, all False); `tokens`, each
     point's tokens that end the arguments, padded to one length with its first (written twice,
     alike); `ends`, each point's ending tokens as a set."""
@@ -152,11 +154,8 @@ class CallBias(LogitsProcessor):
 
     # -- the batch --------------------------------------------------------------------------------
     def _new_answer(self, params: Any, output_ids: list[int]) -> _Answer | None:
-        args = getattr(params, "extra_args", None)
-        try:
-            steering, guard = Steering.from_args(args), CallGuard.from_args(args)
-        except Exception:  # arguments of nobody's making: ignored, as from_args ignores malformed ones
-            return None
+        # toolbridge's one argument (toolbridge.steer.args); one of nobody's making is ignored, never raises
+        steering, guard = from_args(getattr(params, "extra_args", None))
         if guard is not None and not self._text_ready():
             guard = None
         if steering is None and guard is None:

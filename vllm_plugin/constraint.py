@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from toolbridge.dialects import Dialect
-from toolbridge.grammar import MAX_WHITESPACE, Frame, constrain, entries, frames, separator
+from toolbridge.constrain.grammar import MAX_WHITESPACE, Frame, constrain, entries, frames, separator
 from toolbridge.memo import Memo
 from toolbridge.request import ToolRequest
 from toolbridge.tools import Tool, ToolChoice
@@ -38,15 +38,15 @@ def _tag(f: Frame) -> dict:
             "end": f.end}
 
 
-def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel: bool) -> dict:
+def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel: bool, formats: bool = False) -> dict:
     """xgrammar structural tag for calls to these tools (auto: armed by every entry's trigger)."""
     if choice.mode == "auto":
-        lazy = entries(tools, dialect)
+        lazy = entries(tools, dialect, formats)
         fmt = {"type": "triggered_tags", "triggers": [e.trigger for e in lazy],
                "tags": [_tag(f) for e in lazy for f in e.frames(choice)],
                "at_least_one": False, "stop_after_first": not parallel}
     else:
-        fmt = {"type": "tags_with_separator", "tags": [_tag(f) for f in frames(tools, dialect, choice)],
+        fmt = {"type": "tags_with_separator", "tags": [_tag(f) for f in frames(tools, dialect, choice, formats)],
                "separator": separator(dialect),
                "at_least_one": True, "stop_after_first": not parallel or choice.mode == "named"}
     return {"type": "structural_tag", "format": fmt}
@@ -72,7 +72,7 @@ def structural_tag(req: ToolRequest) -> str | None:
     constraint can be built (calls are then parsed unconstrained)."""
     def build(tools: Sequence[Tool], choice: ToolChoice) -> str | None:
         def spec(part: Sequence[Tool]) -> str:
-            return json.dumps(render(part, req.dialect, choice, req.parallel), ensure_ascii=False)
+            return json.dumps(render(part, req.dialect, choice, req.parallel, req.policy.formats), ensure_ascii=False)
 
         if choice.mode == "named" or len(tools) < 2 * MIN_SLICE:
             whole = spec(tools)
@@ -81,7 +81,7 @@ def structural_tag(req: ToolRequest) -> str | None:
         slices = [spec(tools[i::n]) for i in range(n)]
         return spec(tools) if all(_POOL.map(compiles, slices)) else None
 
-    return req.toolset.memo(("vllm-structural-tag", req.dialect.name, req.choice, req.parallel),
+    return req.toolset.memo(("vllm-structural-tag", req.dialect.name, req.choice, req.parallel, req.policy.formats),
                             lambda: constrain(req.tools, req.choice, build))
 
 

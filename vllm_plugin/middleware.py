@@ -5,7 +5,7 @@ Responses, Messages and count_tokens routes, so that the bad bodies vLLM's own r
 `"yes"` as true; toolbridge.apis.validate checks each agent-API body against its API's schema, strictly)
 answer 400 in the API's own error shape, as every other bad tool request does; and, on the chat route,
 a first call whose values the model made up answered again in text (toolbridge.serving.again;
-`tb_grounded`). The parser works without it; it only changes those answers. `RequestGuard` is the
+the `grounded` word check of `tb_word_checks`). The parser works without it; it only changes those answers. `RequestGuard` is the
 name it had before, kept for existing command lines."""
 from typing import Callable
 

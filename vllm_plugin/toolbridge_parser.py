@@ -19,15 +19,16 @@ from typing import Any, Sequence
 from toolbridge import BadRequest
 from toolbridge.apis import responses
 from toolbridge.deltas import delta
-from toolbridge.chat_templates import renders_tools
+from toolbridge.prompt.chat_templates import renders_tools
 from toolbridge.jsondata import plain_data
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
-from toolbridge.markers import TurnCut
-from toolbridge.parse import TextOnly
+from toolbridge.parsing.markers import TurnCut
+from toolbridge.parsing.answer import TextOnly
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.serving.again import planned
-from toolbridge.stream import StreamParser
-from toolbridge.vocab import hf_vocabulary
+from toolbridge.parsing.stream import StreamParser
+from toolbridge.steer.args import ARG, to_args
+from toolbridge.steer.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
@@ -80,15 +81,14 @@ class ToolbridgeToolParser(ToolParser):
         if req.mode == USER:
             return request
         xargs = {k: v for k, v in (getattr(request, "vllm_xargs", None) or {}).items()
-                 if not k.startswith("toolbridge_")}  # the logit rules' arguments are ours alone
+                 if k != ARG}  # the logit rules' argument is ours alone
         if planned(req):
             request.vllm_xargs = xargs
             return _in_text(request, req, self.model_tokenizer)
+        steering = None
         if req.steer and self.model_tokenizer is not None:
-            xargs.update(hf_vocabulary(self.model_tokenizer).steering(req).to_args())
-        guard = req.call_guard()
-        if guard is not None:
-            xargs.update(guard.to_args())
+            steering = req.steering(hf_vocabulary(self.model_tokenizer))
+        xargs.update(to_args(steering, req.call_guard()))
         request.vllm_xargs = xargs
         tag = structural_tag(req) if StructuredOutputsParams is not None else None
         if tag is not None:
@@ -167,7 +167,7 @@ def _in_text(request: Any, req: ToolRequest, tokenizer: Any) -> Any:
     """The answer generated again, its first call's values made up (toolbridge.serving.again):
     every token that may open a call held back at every step, with no steering and no constraint."""
     if tokenizer is not None:
-        held = dict.fromkeys((str(t) for t in hf_vocabulary(tokenizer).steering(req).openings), -100.0)
+        held = dict.fromkeys((str(t) for t in req.steering(hf_vocabulary(tokenizer)).openings), -100.0)
         request.logit_bias = {**(getattr(request, "logit_bias", None) or {}), **held}
     return request
 

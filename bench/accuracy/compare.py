@@ -103,7 +103,7 @@ def marker_token(model: Model) -> int:
     import llama_cpp
 
     from toolbridge.dialects import get_dialect
-    from toolbridge.steer import Steering
+    from toolbridge.steer.steering import Steering
 
     vocab = llama_cpp.Llama(str(model.gguf()), vocab_only=True, verbose=False)
     encode = lambda t: vocab.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731

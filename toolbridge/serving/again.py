@@ -1,5 +1,5 @@
 """An answer generated again in text, for a server whose tool parser sees the answer only once it is
-written (vLLM): the ASGI side of toolbridge.grounding's check.
+written (vLLM): the ASGI side of toolbridge.steer.grounding's check.
 
 python -m llamacpp_ext checks a first call as it generates and goes back to the prompt itself. vLLM's
 parser cannot ask the engine for another answer, and its logits processor cannot take back tokens, so

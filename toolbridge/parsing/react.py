@@ -9,8 +9,8 @@ that has no more input.
 from __future__ import annotations
 
 from .calls import CallBook, Slot
-from .dialects import Dialect
-from .lenient import WS
+from ..dialects import Dialect
+from ..lenient import WS
 
 MAX_NAME_LINE = 200  # a longer "name" is prose, not a tool name
 
@@ -96,7 +96,7 @@ class ReactReader:
 
 
 class ReactScanning:
-    """The stream parser's part for a ReAct call (toolbridge.stream.StreamParser): the reader
+    """The stream parser's part for a ReAct call (toolbridge.parsing.stream.StreamParser): the reader
     above finds the action and its input; the parser's state machine does the rest."""
 
     def _react(self, s: str, i: int, final: bool) -> int:

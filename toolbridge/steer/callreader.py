@@ -1,6 +1,6 @@
 """The JSON structure of an answer's calls, read character by character as they are generated.
 
-The engines' logit rules inside a call (toolbridge.callguard) need to know where generation is: in a
+The engines' logit rules inside a call (toolbridge.steer.callguard) need to know where generation is: in a
 string, at the arguments object's level after a value, which tool is called, which of its
 arguments are written. Every dialect whose call is a JSON object holding the name and the
 arguments (tags, json, toolcall, and the bare JSON call) is read alike; text outside a JSON
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .dialects import ARGS_KEYS, NAME_KEYS
+from ..dialects import ARGS_KEYS, NAME_KEYS
 
 KEY, COLON, VALUE, AFTER = "key", "colon", "value", "after"  # what an object expects next
 _PLAIN = re.compile(r'[^"\\]+')  # inside a string: characters that neither end it nor escape

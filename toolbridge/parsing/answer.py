@@ -4,10 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from .dialects import Dialect
-from .events import CallEnd, Content, Event, ToolCall, new_call_id
+from ..dialects import Dialect
+from ..events import CallEnd, Content, Event, ToolCall, new_call_id
 from .stream import StreamParser
-from .tools import ToolChoice
+from ..tools import ToolChoice
 
 
 @dataclass

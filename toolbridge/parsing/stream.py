@@ -33,11 +33,11 @@ from typing import Any, Callable, Iterable, Sequence
 from . import react
 from .callobj import CallObjectReader
 from .calls import CallBook
-from .dialects import FENCE, Dialect
-from .events import Content, Event, merge, new_call_id
-from .lenient import WS, LenientReader
+from ..dialects import FENCE, Dialect
+from ..events import Content, Event, merge, new_call_id
+from ..lenient import WS, LenientReader
 from .markers import K_END, K_LABEL, K_STRAY, WAIT, ContentGuard, Marker, markers
-from .tools import ToolChoice, normalize_tools
+from ..tools import ToolChoice, normalize_tools
 
 # what the scanner is reading
 CONTENT, OPEN, JSON_BODY, AFTER, REACT, DISCARD = range(6)

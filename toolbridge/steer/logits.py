@@ -1,5 +1,5 @@
 """The per-token logit policy of an answer, written once for every engine: the `auto` steering at
-the answer's start (toolbridge.steer) and the guard of a call being generated (toolbridge.callguard).
+the answer's start (toolbridge.steer.steering) and the guard of a call being generated (toolbridge.steer.callguard).
 
 `token_changes` is the rule: given the answer's tokens so far, what the next token's logits need.
 An engine's adapter only writes its result into its own logits (llamacpp_ext.generate in its
@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 from .callguard import CallGuard
 from .ending import Ending
-from .steer import Steering
+from .steering import Steering
 
 Change = tuple[int, float]
 Edit = tuple[int, Sequence[Change], Sequence[int] | None]  # a row, its changes, its held tokens
@@ -49,7 +49,7 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallG
     bias) and anywhere after a repeated call (no call starts), the guard once it is armed. After a
     complete call, the answer is held to what may lead to another call or to its end, where the
     model's top choice is one of those, else to its end (a `Gated` hold; `ending`: the guard's Follow
-    in this vocabulary's tokens, toolbridge.ending; `ends`: the engine's end tokens)."""
+    in this vocabulary's tokens, toolbridge.steer.ending; `ends`: the engine's end tokens)."""
     changes: list[Change] = []
     only = None
     if steering is not None and len(answer) < steering.horizon:

@@ -12,9 +12,9 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
-from .dialects import DIALECTS, Dialect
-from .lenient import WS
-from .memo import Memo
+from ..dialects import DIALECTS, Dialect
+from ..lenient import WS
+from ..memo import Memo
 
 # marker kinds
 K_OPEN, K_LABEL, K_END, K_STRAY = range(4)

@@ -8,18 +8,14 @@ object, so it lives exactly as long as the tokenizer it calls; its `key` names t
 stably (a model's path or name, never an object's id) for what is kept per tool set."""
 from __future__ import annotations
 
-from dataclasses import replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Hashable
+from typing import Any, Callable, Hashable
 
 from .callguard import POINTS, closers, enders, ending_at, goes_on
 from .ending import Ending, Follow, gap_tokens
 from .logits import start_marks
-from .memo import Memo
-from .steer import Steering
+from ..memo import Memo
 
-if TYPE_CHECKING:
-    from .request import ToolRequest
 
 
 class Vocabulary:
@@ -46,12 +42,12 @@ class Vocabulary:
 
     @cached_property
     def closers(self) -> tuple[int, ...]:
-        """The tokens that begin with a string's closing quote (toolbridge.callguard)."""
+        """The tokens that begin with a string's closing quote (toolbridge.steer.callguard)."""
         return closers(self.encode)
 
     @cached_property
     def enders(self) -> tuple[tuple[int, str], ...]:
-        """The tokens that may end a call's arguments, with their texts (toolbridge.callguard)."""
+        """The tokens that may end a call's arguments, with their texts (toolbridge.steer.callguard)."""
         return enders(self.encode, self.text)
 
     def marks(self, firsts: str) -> bytearray:
@@ -62,12 +58,12 @@ class Vocabulary:
     @cached_property
     def by_text(self) -> tuple[list[str], list[int]]:
         """Every token's text, sorted, and the token ids in that order: the tokens whose text starts
-        with a given text are one slice (toolbridge.ending)."""
+        with a given text are one slice (toolbridge.steer.ending)."""
         order = sorted(range(self.size), key=self.texts.__getitem__)
         return [self.texts[t] for t in order], order
 
     def ending(self, follow: Follow | None) -> Ending | None:
-        """What may follow a complete call (toolbridge.ending), in this vocabulary's tokens; kept per
+        """What may follow a complete call (toolbridge.steer.ending), in this vocabulary's tokens; kept per
         Follow (a dialect's closing markup and a tool set's triggers)."""
         if follow is None:
             return None
@@ -75,21 +71,12 @@ class Vocabulary:
 
     @cached_property
     def gaps(self) -> tuple[int, ...]:
-        """The tokens whose text is separating text only (toolbridge.ending.gap_tokens), found once."""
+        """The tokens whose text is separating text only (toolbridge.steer.ending.gap_tokens), found once."""
         return gap_tokens(self.texts)
-
-    def steering(self, req: "ToolRequest") -> Steering:
-        """The request's `auto` steering in this vocabulary's ids, kept with its tool set."""
-        steering = req.toolset.memo(("steering", self.key, req.dialect.name, req.steer_bias, req.next_bias),
-                                    lambda: Steering.for_dialect(req.dialect, req.steer_bias, self.encode,
-                                                                 [t.name for t in req.tools], req.next_bias))
-        if not req.asked:
-            return steering
-        return replace(steering, asked=req.asked, again=req.options.again_bias, enough=req.options.enough_bias)
 
     @cached_property
     def going_on(self) -> dict[str, tuple[int, ...]]:
-        """For each point where the argument close decides (toolbridge.callguard.POINTS), the tokens
+        """For each point where the argument close decides (toolbridge.steer.callguard.POINTS), the tokens
         that go on to another argument there: an engine decides the close from these on its device."""
         return {p: goes_on(self.texts, p) for p in POINTS}
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
-from .jsondata import dumps as _dumps, json_escape as escape, loads
-from .lenient import parse_number
-from .schema import Schema
+from ..jsondata import dumps as _dumps, json_escape as escape, loads
+from ..lenient import parse_number
+from ..schema import Schema
 
 _INT_TEXT = re.compile(r"\s*[-+]?\d+\s*")
 

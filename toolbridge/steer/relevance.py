@@ -2,17 +2,12 @@
 where they share none.
 
 A tool-trained model asked something no tool serves still calls one, and its first token does not
-tell these questions apart from answerable ones (Qwen2.5-Coder-0.5B on BFCL's live questions: AUC
-0.55 for the call's margin). The words do: on BFCL's live categories (2235 questions), 37% of the
-irrelevance questions share no content word with any tool's name, description, argument names,
-argument descriptions or enum values, against 2.5% of the questions that want a call. The
-steering turns that into a bias against starting a call (toolbridge.options, `tb_unrelated_bias`),
-not a ban: a model sure enough of its call still makes it.
+tell these questions apart; the words do, on BFCL's live categories (docs/steering.md). With the
+`unrelated` word check (toolbridge.steer.policy) the start bias drops there: a bias, not a ban.
 
 The same words tell which tools a question asks for: those it names by a word that no other tool
-of the set is described by (`asked_for`). After an answer's first call, one of them still uncalled
-adds `tb_again_bias` to the steering's next-call bias; after a later call, with two or more asked
-for and each called, the call starts get `tb_enough_bias` (toolbridge.steer).
+of the set is described by (`asked_for`); the `asked` word check moves the next-call decision by
+them (toolbridge.steer.steering).
 
 Only words of three or more Latin letters count, less a short list of English function words;
 a request with no such word (another script, only numbers) is never called unrelated. Tool names
@@ -24,7 +19,7 @@ import re
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-from .tools import Tool
+from ..tools import Tool
 
 _WORD = re.compile(r"[a-z]{3,}")
 _HUMP = re.compile(r"([a-z])([A-Z])")

@@ -1,50 +1,40 @@
 """The `auto` call steering: small models rank "start a call" well but rarely enough to win
 greedy decoding, so the first token of every way a call may start (the dialect's marker, and a
-bare JSON call object, which tool-trained models write instead: toolbridge.grammar.call_starts)
+bare JSON call object, which tool-trained models write instead: toolbridge.constrain.grammar.call_starts)
 gets a bias at the answer's first position (bench/accuracy measured it). A bare JSON call started
 there names a declared tool: its name is held to the tools' names, token by token, up to the name's
-closing quote, where the grammar takes over (toolbridge.grammar.entries; Qwen2.5-Coder-0.5B, pushed
+closing quote, where the grammar takes over (toolbridge.constrain.grammar.entries; Qwen2.5-Coder-0.5B, pushed
 into `{"`, went on with names of its own, `{"name": "hiking_trails"`, which fall out of every
 constraint). A tool result the model starts writing itself (`<tool_response>`, which shares
 `<tool_call>`'s first tokens) is cut where the two markers part: a model never writes tool results.
 All of it applies only at the answer's start, and only when the answer follows a user turn (after
 tool results the model should mostly answer, not call again); a bias of 0 turns it off. A
-negative bias (after tool results, or on a question whose words meet no tool's: toolbridge.relevance)
+negative bias (after tool results, or on a question whose words meet no tool's: toolbridge.steer.relevance)
 holds back every token that opens a JSON object or a code fence as well: a tool-trained model opens
 its calls that way too (Qwen2.5-Coder-0.5B, held back from `<tool_call>` and `{"`, wrote ```` ``` ````).
 
 Parallel calls: right after an answer's first call, where a model either ends its turn or starts
 another call, every call start's first token gets the next-call bias (`next`; the guard of the call
-tells when a call has just been written: toolbridge.callguard.CallGuard.between). Qwen2.5-Coder-0.5B
-ranks the next call's start 3-14 nats below ending on questions that ask for several calls, and 8-16
-below on questions that ask for one (BFCL's live categories), so a bias of 7 decides per question.
-Only after the first call: after two, a model that means to go on does so by itself, and one
-pushed on repeats its calls until max_tokens. A call that repeats an earlier one of the same answer
-(whitespace aside) ends the calls: no call may start anywhere after it (Qwen2.5-Coder-0.5B on vLLM wrote
-`get_current_weather(location="Boston, MA")` 19 times, unpushed, until max_tokens; with only the
-call starts banned right after the repeat, it opened a code fence and wrote the call pretty-printed,
-`{` then a newline: so every token that opens an object or a fence is banned too).
+tells when a call has just been written: toolbridge.steer.callguard.CallGuard.between). Only after the
+first call: after two, a model that means to go on does so by itself. A call that repeats an earlier
+one of the same answer (whitespace aside) ends the calls: no call start and no token that opens an
+object or a code fence may follow it (a model that repeats goes on until max_tokens otherwise).
 
-Which tools the question names (`asked`: by a word only that tool of the set is described by,
-toolbridge.relevance.asked_for) moves both decisions: right after the first call, one of them still
-uncalled adds `again` to the next-call bias (Qwen flipped an image and stopped where it was also asked
-to rotate it); after a later call, with two or more named and each called, the call starts get `enough`
-(it then wrote the flip a second time). The guard's `called` names the calls written.
+With the `asked` word check, the tools the question names (toolbridge.steer.relevance.asked_for) move
+the same decision: right after the first call, one of them still uncalled adds `again`; after a later
+call, with two or more named and each called, the call starts get `enough`.
 
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
-it as per-request arguments (`to_args` / `from_args`).
+it as plain data (`pack` / `unpack`), within the request's one toolbridge argument (toolbridge.steer.args).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from .dialects import BARE_JSON, Dialect
-from .grammar import call_starts
+from ..dialects import BARE_JSON, Dialect
+from ..constrain.grammar import call_starts
 
-ARG_BIAS, ARG_CALL, ARG_RESULT, ARG_STARTS, ARG_NAMES, ARG_NEXT, ARG_OPENS, ARG_AGAIN = (
-    "toolbridge_bias", "toolbridge_bias_ids", "toolbridge_result_ids", "toolbridge_start_ids", "toolbridge_name_ids",
-    "toolbridge_next_bias", "toolbridge_open_ids", "toolbridge_again")
 # A banned token's logit change: far below any logit, yet finite, so that where a grammar allows only
 # banned tokens the grammar's choice still stands. Qwen2.5-Coder-0.5B, its call starts banned after a
 # repeated call, started another with `={"` (a token no ban covers); the lazy grammar took the call, and
@@ -66,7 +56,7 @@ class Steering:
     names: tuple[tuple[int, ...], ...] = ()  # ... followed by a declared tool's name and its quote
     next: float = 0.0  # the bias on the call starts right after a call (another call), 0: none
     opens: tuple[int, ...] = ()  # the first tokens of a JSON object or a code fence (banned after a repeat)
-    asked: frozenset[str] = frozenset()  # the tools the question names by words only they have (toolbridge.relevance)
+    asked: frozenset[str] = frozenset()  # the tools the question names by words only they have (toolbridge.steer.relevance)
     again: float = 0.0  # added to `next` when the first call leaves one of `asked` uncalled
     enough: float = 0.0  # on the call starts after a later call, once two or more `asked` are all called
 
@@ -152,7 +142,7 @@ class Steering:
         order): anywhere after a call the answer already held (`repeated`), each call start's first
         token banned, and each token that opens a JSON object or a code fence (the model has started
         repeating itself and would go on until max_tokens); right after the first
-        (toolbridge.callguard.CallGuard.between), each favoured by `next`, and by `again` more where
+        (toolbridge.steer.callguard.CallGuard.between), each favoured by `next`, and by `again` more where
         a tool the question asked for (`asked`) is not among `called`; after later ones, `enough`
         where the question asked for two or more tools and each is called, else nothing (the model
         goes on by itself or stops). A bias against a call holds back every opening, as at the
@@ -166,29 +156,30 @@ class Steering:
             bias = self.enough if len(self.asked) > 1 and not left else 0.0
         return [(t, bias) for t in (self.starts if bias > 0 else self.openings)] if bias else []
 
-    def to_args(self) -> dict:
-        args = {ARG_BIAS: self.bias, ARG_CALL: list(self.call), ARG_RESULT: list(self.result),
-                ARG_STARTS: list(self.starts), ARG_NAMES: [list(self.heads), list(self.names)], ARG_NEXT: self.next,
-                ARG_OPENS: list(self.opens)}
+    def pack(self) -> dict:
+        """The steering as plain data (lists, numbers, strings), for `unpack`."""
+        data = {"bias": self.bias, "call": list(self.call), "result": list(self.result), "starts": list(self.starts),
+                "names": [list(self.heads), list(self.names)], "next": self.next, "opens": list(self.opens)}
         if self.asked and (self.again or self.enough):
-            args[ARG_AGAIN] = [sorted(self.asked), self.again, self.enough]
-        return args
+            data["again"] = [sorted(self.asked), self.again, self.enough]
+        return data
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any] | None) -> "Steering | None":
-        """The steering a request carries, or None (none asked for, turned off, or not of
-        toolbridge's making: a client can send these arguments too, and an engine that raised
-        on them would fail every request it is running)."""
-        args = args or {}
-        call, bias, next_bias = args.get(ARG_CALL), args.get(ARG_BIAS), args.get(ARG_NEXT)
-        if not call or not (bias or next_bias or args.get(ARG_AGAIN)):
+    def unpack(cls, data: Mapping[str, Any] | None) -> "Steering | None":
+        """The steering `pack` made, or None (none asked for, turned off, or not of toolbridge's
+        making: a client can send request arguments too, and an engine that raised on them would
+        fail every request it is running)."""
+        if not isinstance(data, Mapping):
+            return None
+        call, bias, next_bias = data.get("call"), data.get("bias"), data.get("next")
+        if not call or not (bias or next_bias or data.get("again")):
             return None
         try:
-            heads, names = args.get(ARG_NAMES) or ((), ())
-            asked, again, enough = args.get(ARG_AGAIN) or ((), 0.0, 0.0)
-            return cls(tuple(int(t) for t in call), tuple(int(t) for t in args.get(ARG_RESULT) or ()), float(bias or 0),
-                       tuple(int(t) for t in args.get(ARG_STARTS) or ()), _paths(heads), _paths(names),
-                       float(next_bias or 0), tuple(int(t) for t in args.get(ARG_OPENS) or ()),
+            heads, names = data.get("names") or ((), ())
+            asked, again, enough = data.get("again") or ((), 0.0, 0.0)
+            return cls(tuple(int(t) for t in call), tuple(int(t) for t in data.get("result") or ()), float(bias or 0),
+                       tuple(int(t) for t in data.get("starts") or ()), _paths(heads), _paths(names),
+                       float(next_bias or 0), tuple(int(t) for t in data.get("opens") or ()),
                        frozenset(str(n) for n in asked), float(again), float(enough))
         except (TypeError, ValueError):
             return None
@@ -196,12 +187,3 @@ class Steering:
 
 def _paths(paths: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(t) for t in p) for p in paths)
-
-
-def follows_user_turn(messages: Sequence[Any]) -> bool:
-    """Whether the answer follows a user turn (system turns aside)."""
-    for m in reversed(list(messages or ())):
-        role = m.get("role") if isinstance(m, Mapping) else None
-        if role != "system":
-            return role == "user"
-    return False

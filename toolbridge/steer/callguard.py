@@ -3,7 +3,7 @@ closed, so that the call can finish within max_tokens; and the arguments are clo
 with optional ones nobody asked for, when the model only narrowly prefers going on.
 
 Both read the generated text after a call starts (from the answer's start when the whole answer is
-constrained, else from the first call start: `starts`) with one toolbridge.callreader.CallReader.
+constrained, else from the first call start: `starts`) with one toolbridge.steer.callreader.CallReader.
 
 Loops. Under a call's constraint a weak model can loop inside a string value (SmolLM2-135M under
 `required`: `"symbol": "NVDA_SCOPE_1_2_2023_2023_2023_2023...`) until max_tokens, and a call cut
@@ -17,10 +17,8 @@ Optional arguments. A tool-trained model fills in optional arguments the user ne
 (Qwen2.5-Coder-0.5B: `"max_results": 10`, `"count": 5`, `"time": "14:00"`), whatever the prompt
 says. Once every required argument is written, at a value's end, if the model's highest-ranked
 token goes on to another argument (`",`), the tokens that end the arguments (`"}}`) get
-`close_bias` nats. The model ranked going on above closing by 1.6-6.6 nats where it then invented
-a value, and by 5.9-8.7 where the user had given one (bench/accuracy), so a bias near 5.5 drops
-most invented values and keeps given ones. Only the reader's own dialects are touched (a call
-object holding name and arguments); 0 turns it off.
+`close_bias` nats (the policy's `close`; docs/steering.md has the margins it was set from). Only the
+reader's own dialects are touched (a call object holding name and arguments); 0 turns it off.
 """
 from __future__ import annotations
 
@@ -34,10 +32,6 @@ MIN_RUN = 48  # characters at the end of a string that must be one unit repeated
 MIN_COPIES = 3  # ... at least this many times (so units up to MIN_RUN // MIN_COPIES at MIN_RUN)
 MAX_UNIT = 32  # the longest unit looked for (its run is MIN_COPIES * MAX_UNIT characters)
 CLOSE_BIAS = 100.0  # added to the closing tokens' logits: finite, so a grammar's -inf stays -inf
-
-ARG_GUARD = "toolbridge_call_guard"  # per-request argument: the call starts ([]: armed at once)
-ARG_CLOSE = "toolbridge_close"  # per-request argument: [bias, {tool: its required arguments}]
-ARG_FOLLOW = "toolbridge_follow"  # per-request argument: [closes, triggers] (toolbridge.ending.Follow)
 
 # What may follow a call before another one starts: whitespace, and closing markup whole or begun (a
 # dialect's end tag such as `</tool_call>`, a code fence).
@@ -97,28 +91,32 @@ class CallGuard:
         self.reader = CallReader()
         self.required = required or {}
         self.close_bias = float(close_bias)
-        self.follow = follow  # what may follow a complete call (toolbridge.ending); None: anything
+        self.follow = follow  # what may follow a complete call (toolbridge.steer.ending); None: anything
         self.tail: str | None = None  # the text after the last complete call, until another call is armed
 
-    def to_args(self) -> dict:
-        args: dict[str, Any] = {ARG_GUARD: list(self.starts)}
+    def pack(self) -> dict:
+        """The guard's settings as plain data, for `unpack`: "starts" (the call starts, []: armed at
+        once), "close" ([bias, {tool: its required arguments}], where the bias is not 0), "follow"
+        ([closes, triggers]: toolbridge.steer.ending.Follow, where one is set)."""
+        data: dict[str, Any] = {"starts": list(self.starts)}
         if self.close_bias:
-            args[ARG_CLOSE] = [self.close_bias, self.required]
+            data["close"] = [self.close_bias, self.required]
         if self.follow is not None:
-            args[ARG_FOLLOW] = [list(self.follow.closes), list(self.follow.triggers)]
-        return args
+            data["follow"] = [list(self.follow.closes), list(self.follow.triggers)]
+        return data
 
     @classmethod
-    def from_args(cls, args: Mapping[str, Any] | None) -> "CallGuard | None":
-        """A new guard for the request that carries one, or None (also for arguments not of
-        toolbridge's making, as toolbridge.steer.Steering.from_args)."""
-        args = args or {}
-        starts = args.get(ARG_GUARD)
+    def unpack(cls, data: Mapping[str, Any] | None) -> "CallGuard | None":
+        """A new guard with the settings `pack` made, or None (also for data not of toolbridge's
+        making, as toolbridge.steer.steering.Steering.unpack)."""
+        if not isinstance(data, Mapping):
+            return None
+        starts = data.get("starts")
         if starts is None:
             return None
         try:
-            bias, required = args.get(ARG_CLOSE) or (0.0, {})
-            follow = args.get(ARG_FOLLOW)
+            bias, required = data.get("close") or (0.0, {})
+            follow = data.get("follow")
             if follow is not None:
                 follow = Follow(tuple(str(c) for c in follow[0]), tuple(str(t) for t in follow[1]))
             return cls([str(s) for s in starts], {str(n): [str(k) for k in keys] for n, keys in required.items()},
@@ -159,7 +157,7 @@ class CallGuard:
     @property
     def waiting(self) -> bool:
         """Unarmed, with no call start forming at the end of the text read: text that holds none
-        of `firsts` then cannot arm the guard, and may go unread (toolbridge.logits.start_marks)."""
+        of `firsts` then cannot arm the guard, and may go unread (toolbridge.steer.logits.start_marks)."""
         if self.armed:
             return False
         before = self.before
@@ -178,7 +176,7 @@ class CallGuard:
     @property
     def between(self) -> bool:
         """Whether a call has been written and nothing but closing markup follows it: where the
-        answer may end or start another call (toolbridge.steer's next-call bias speaks here)."""
+        answer may end or start another call (toolbridge.steer.steering's next-call bias speaks here)."""
         r = self.reader
         return bool(r.calls) and not r.stack and len(r.outside) <= OUTSIDE_KEPT and _BETWEEN.fullmatch(r.outside) is not None
 

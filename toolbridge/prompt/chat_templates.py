@@ -15,9 +15,9 @@ from pathlib import Path
 
 import jinja2
 
-from .dialects import DEFAULT_DIALECT, Dialect
+from ..dialects import DEFAULT_DIALECT, Dialect
 from .render import PRELUDE_END, compile_template, environment, prelude
-from .memo import Memo
+from ..memo import Memo
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def _probe(template: str | None, messages: list) -> str | None:
 
 def renders_tools(template: str | None) -> bool:
     """Whether a model's own chat template writes a request's tools into the prompt: the model
-    was trained for tool calls (toolbridge.options.DEFAULTS differ for it). Found by rendering a
+    was trained for tool calls (toolbridge.options.PROFILES differ for it). Found by rendering a
     probe, as llama-server's template analysis does, once per template text."""
     return _RENDERS_TOOLS.get(template, lambda: PROBE_TOOL["function"]["name"] in (_probe(template, _PROBE_HISTORY[:1]) or ""))
 

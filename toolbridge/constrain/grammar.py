@@ -20,8 +20,10 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence, TypeVar
 
-from .dialects import BARE_JSON, Dialect
-from .tools import Tool, ToolChoice
+from ..dialects import BARE_JSON, Dialect
+from ..schema import engine_schema
+from ..tools import Tool, ToolChoice
+from .formats import stated
 
 log = logging.getLogger("toolbridge")
 T = TypeVar("T")
@@ -37,15 +39,17 @@ class Frame:
     end: str
 
 
-def frames(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice | None = None) -> list[Frame]:
-    """The call frame of every tool the choice allows, in this dialect."""
+def frames(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice | None = None,
+           formats: bool = False) -> list[Frame]:
+    """The call frame of every tool the choice allows, in this dialect; with `formats`, a string
+    argument's schema adds the pattern its description states by example (toolbridge.constrain.formats)."""
     allowed = [t for t in tools if choice is None or choice.mode != "named" or t.name == choice.name]
     wrap = dialect.wrap_single
     out = []
     for t in allowed:
         begin = (dialect.calls_open if wrap else "") + dialect.call[0] + t.name + dialect.call[1]
         end = dialect.call[2] + (dialect.calls_close if wrap else "")
-        out.append(Frame(begin, t.engine_parameters, end))
+        out.append(Frame(begin, engine_schema(stated(t.parameters)) if formats else t.engine_parameters, end))
     return out
 
 
@@ -57,18 +61,19 @@ class Entry:
     trigger: str
     dialect: Dialect
     tools: tuple[Tool, ...]
+    formats: bool = False
 
     def frames(self, choice: ToolChoice | None = None) -> list[Frame]:
-        return frames(self.tools, self.dialect, choice)
+        return frames(self.tools, self.dialect, choice, self.formats)
 
 
-def entries(tools: Sequence[Tool], dialect: Dialect) -> list[Entry]:
+def entries(tools: Sequence[Tool], dialect: Dialect, formats: bool = False) -> list[Entry]:
     """What arms an `auto` answer's constraint: the dialect's trigger, before a call to any tool;
     then, unless the dialect is bare JSON itself, a bare JSON call naming one tool, from the end of
     the name on (`{"name": "get_weather"` arms `, "arguments": {...}}` for get_weather only)."""
-    out = [Entry(dialect.grammar_trigger, dialect, tuple(tools))]
+    out = [Entry(dialect.grammar_trigger, dialect, tuple(tools), formats)]
     if not dialect.bare:
-        out += [Entry(BARE_JSON.call[0] + t.name + '"', BARE_JSON, (t,)) for t in tools]
+        out += [Entry(BARE_JSON.call[0] + t.name + '"', BARE_JSON, (t,), formats) for t in tools]
     return out
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from .arguments import ArgsWriter
-from .events import CallArgs, CallEnd, CallStart, Event, ToolCall
-from .tools import Tool
+from ..events import CallArgs, CallEnd, CallStart, Event, ToolCall
+from ..tools import Tool
 
 PREFIXES = ("functions.", "function.", "tools.")  # namespaces models put before a tool's name
 

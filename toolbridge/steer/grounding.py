@@ -16,13 +16,9 @@ word and no digit (another script) is not judged, nor is a code of two to four c
 "US dollars", `JFK`), which a model derives from names rather than copies.
 Optional arguments are not judged: a made-up `"count": 5` costs a call less than losing it does.
 
-On BFCL's live categories (Qwen2.5-Coder-0.5B answers, 36 questions each of live simple, live
-multiple and live irrelevance, 12 of live parallel and 24 of live parallel multiple), 8 of the 17
-false calls on live irrelevance questions are invented by this rule, and none of the calls BFCL
-counts right; of bench/accuracy's 45 `auto` answers with calls, none. What an engine does with one
-is the adapter's: `python -m llamacpp_ext` generates the answer again with every call opening held
-back (llamacpp_ext/handler.py); on vLLM, whose parser cannot ask for another answer, toolbridge's
-middleware drops the answer and asks the route again (toolbridge.serving.again).
+With the `grounded` word check (toolbridge.steer.policy), an `auto` answer whose first call has a
+made-up value is answered again without a call: `python -m llamacpp_ext` in its handler, vLLM in
+toolbridge's middleware (toolbridge.serving.again). Figures: docs/steering.md.
 """
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from .formats import quoted
+from ..constrain.formats import quoted
 from .relevance import content_texts, words
 
 _DIGITS = re.compile(r"\d+")
@@ -56,7 +52,7 @@ _RANGES = re.compile(rf"\b(?:between|from)\s+{_NUM}\s+(?:and|to)\s+{_NUM}|{_NUM}
 
 
 def marks(text: str) -> frozenset[str]:
-    """What a text can ground: its content words (toolbridge.relevance.words, with and without
+    """What a text can ground: its content words (toolbridge.steer.relevance.words, with and without
     camelCase split: `PlayStation` meets `Playstation`) and its numbers (digit runs without leading
     zeros or thousands separators, and number words: `two` meets 2)."""
     lowered = text.lower()

@@ -11,8 +11,8 @@ from typing import Any
 
 from .arguments import ArgsWriter
 from .calls import CallBook, Slot
-from .dialects import ARGS_KEYS, CALL_KEYS, NAME_KEYS
-from .lenient import LenientReader
+from ..dialects import ARGS_KEYS, CALL_KEYS, NAME_KEYS
+from ..lenient import LenientReader
 
 # What the value starting now is, at the call-object level (`_place`).
 NO_CALL = 1  # a value that cannot be (part of) a call

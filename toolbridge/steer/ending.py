@@ -6,7 +6,7 @@ result itself before any tool has run ("The weather in Paris is 22°C"). Here th
 next token, after a complete call, to what may lead to another call or to the end:
 - whitespace and what separates or closes calls (`,` `]` `}` between bare JSON calls, the dialect's
   closing markup such as `</tool_call>`, a code fence's close): the `gaps`;
-- the texts that arm a call's constraint (toolbridge.grammar.entries: the dialect's trigger, and a
+- the texts that arm a call's constraint (toolbridge.constrain.grammar.entries: the dialect's trigger, and a
   bare JSON call naming a declared tool), written from their start; none when parallel calls are off;
 - the end of the turn (the engine's end tokens).
 Once a trigger is written, the call's constraint takes over until the call is complete; text that can
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Sequence
 
-from .memo import Memo
+from ..memo import Memo
 
 # One piece of what may separate calls: whitespace, a list's comma or close, a stray closing brace.
 _GAP_CHARS = re.compile(r"[\s,\]}]+")

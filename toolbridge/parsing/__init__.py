@@ -1,0 +1,1 @@
+"""Reading calls out of model text, streamed or whole, in every dialect."""

@@ -1,0 +1,1 @@
+"""The prompt: a stock chat template made tool-capable (the prelude), and the templates themselves."""
