@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from toolbridge.events import ToolCall
 from toolbridge.steer.grounding import conversation_marks, invented, marks
-from toolbridge.options import default, resolve
+from toolbridge.options import resolve
 from toolbridge.request import prepare
 
 REQUIRED = ["receiver", "amount", "method", "province_id", "note", "currency"]
@@ -147,8 +147,9 @@ def test_the_plan_checks_an_auto_answers_values_where_the_word_checks_say():
     assert not prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_WORD_CHECKS": "unrelated,asked"}).grounded
     assert prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_WORD_CHECKS": "true"}).grounded
     for tool_trained in (False, True):
-        checks = default("tb_word_checks", tool_trained)
-        assert prepare(tools=TOOLS, messages=user("x"), tool_trained=tool_trained, env={}).grounded is bool(checks)
+        checks = resolve({}, {}, tool_trained).policy.words
+        assert prepare(tools=TOOLS, messages=user("x"), tool_trained=tool_trained, env={}).grounded is (
+            "grounded" in checks)
 
 
 @pytest.mark.parametrize("value, expected", [(True, True), ("on", True), (1, True), ("0", False), ("false", False),

@@ -57,9 +57,9 @@ OPTIONS = (
     Option("tb_next_bias", "number", (0.0, 7.0), "`auto`, right after the first call: nats on another call's start"),
     Option("tb_close_bias", "number", (0.0, 5.5), "inside a call, after every required argument: nats on closing it"),
     Option("tb_end_after_calls", "bool", True, "after a complete call only another call or the end may follow"),
-    Option("tb_word_checks", "checks", (False, True),
+    Option("tb_word_checks", "checks", (False, "asked"),
            "English word checks: `unrelated`, `asked`, `grounded` (true: all, false: none, or a list)"),
-    Option("tb_formats", "bool", True, "string arguments follow the separators their description's examples show"),
+    Option("tb_formats", "bool", False, "string arguments follow the separators their description's examples show"),
 )
 KEYS = tuple(o.key for o in OPTIONS)
 # Options that are gone, with what moves the same decision now: a request that sends one is told.

@@ -31,7 +31,7 @@ class Policy:
     close: float = 0.0
     end_after_calls: bool = True
     words: frozenset[str] = frozenset()  # of toolbridge.options.WORD_CHECKS
-    formats: bool = True
+    formats: bool = False
 
     def start(self, after_user: bool, unrelated: bool) -> float:
         """The bias on a call's start at the answer's first token."""
