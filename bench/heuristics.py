@@ -94,9 +94,7 @@ def changes(case: dict, result: object, base: dict, flipped: dict, tool_trained:
             if asked - {called[0]} or len(asked) > 1:
                 return True
     for e, f in zip(a.entries, b.entries):
-        differ = {fa.begin for fa, fb in zip(e.frames(), f.frames()) if fa != fb}
-        if any(any(begin.endswith(name + e.dialect.call[1]) or begin.startswith(e.trigger) and name in begin
-                   for begin in differ) for name in called):
+        if any(fa != fb and t.name in called for t, fa, fb in zip(e.tools, e.frames(), f.frames())):
             return True
     if a.grounded and not b.grounded:
         return not written

@@ -30,6 +30,11 @@ class Profile:
 PROFILES = (Profile("no tool template", "SmolLM2-135M-Instruct"), Profile("tool-trained", "Qwen2.5-Coder-0.5B-Instruct"))
 
 
+def env_name(key: str) -> str:
+    """The environment variable of a `tb_*` key: TOOLBRIDGE_<NAME>."""
+    return "TOOLBRIDGE_" + key[3:].upper()
+
+
 @dataclass(frozen=True)
 class Option:
     """One option: its request key, type, default (one, or one per profile) and what it moves."""
@@ -41,7 +46,7 @@ class Option:
 
     @property
     def env(self) -> str:
-        return "TOOLBRIDGE_" + self.key[3:].upper()
+        return env_name(self.key)
 
     def default_for(self, tool_trained: bool) -> Any:
         return self.default[int(tool_trained)] if isinstance(self.default, tuple) else self.default
@@ -82,7 +87,7 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
     a value of the wrong kind, an unknown dialect or a retired option)."""
     kwargs = kwargs or {}
     for key, now in RETIRED.items():
-        if key in kwargs or "TOOLBRIDGE_" + key[3:].upper() in env:
+        if key in kwargs or env_name(key) in env:
             raise ValueError(f"{key} is no longer an option; {now} turns the word checks on or off")
     v = {o.key[3:]: _read(o, kwargs, env, tool_trained) for o in OPTIONS}
     policy = Policy(v["call_bias"], v["result_bias"], v["next_bias"], v["close_bias"], v["end_after_calls"],
