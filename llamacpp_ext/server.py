@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import llama_cpp.server.__main__ as server_main
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
+from toolbridge.options import check_environment
 from toolbridge.serving.asgi import RequestCheck, check_request, send_json
 
 from . import HANDLER_NAME, register
@@ -115,8 +116,10 @@ _installed = False
 
 
 def install() -> None:
-    """Register the handler, the 400 error format and the app wrapper (idempotent)."""
+    """Register the handler, the 400 error format and the app wrapper (idempotent); a bad
+    TOOLBRIDGE_* setting stops here (toolbridge.options.check_environment)."""
     global _installed
+    check_environment()
     register()
     if _installed:
         return

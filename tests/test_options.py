@@ -3,7 +3,7 @@ import pytest
 
 from pathlib import Path
 
-from toolbridge.options import OPTIONS, PROFILES, default, markdown_table, resolve
+from toolbridge.options import OPTIONS, PROFILES, check_environment, default, markdown_table, resolve
 from toolbridge.request import prepare
 
 
@@ -30,6 +30,18 @@ def test_a_tool_trained_model_gets_its_own_measured_defaults():
 def test_resolve_rejects_unknown_values(kwargs):
     with pytest.raises(ValueError):
         resolve(kwargs, env={})
+
+
+@pytest.mark.parametrize("env", [{"TOOLBRIDGE_GROUNDED": "1"}, {"TOOLBRIDGE_CALL_BIAS": "lots"},
+                                 {"TOOLBRIDGE_DIALECT": "xml"}, {"TOOLBRIDGE_WORD_CHECKS": "spelling"}])
+def test_a_bad_environment_stops_the_start(env):
+    """The servers check the environment as they start (vllm_plugin.register, llamacpp_ext.server.install)."""
+    with pytest.raises(ValueError):
+        check_environment(env)
+
+
+def test_a_good_environment_starts():
+    check_environment({"TOOLBRIDGE_CALL_BIAS": "2", "TOOLBRIDGE_WORD_CHECKS": "asked,grounded", "PATH": "/bin"})
 
 
 def test_tool_choice_none_stops_at_the_dialects_call_and_result_tags():

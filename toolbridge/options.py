@@ -10,7 +10,7 @@ measured on (docs/measurements.md). The steering options become one `Policy` (to
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .dialects import DEFAULT_DIALECT, Dialect, get_dialect
@@ -43,10 +43,10 @@ class Option:
     kind: str  # "text", "bool", "number" or "checks"
     default: Any  # a value, or a tuple with one per profile (PROFILES' order)
     moves: str  # the decision it moves, for the README's table
+    env: str = field(init=False)  # its environment variable
 
-    @property
-    def env(self) -> str:
-        return env_name(self.key)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", env_name(self.key))
 
     def default_for(self, tool_trained: bool) -> Any:
         return self.default[int(tool_trained)] if isinstance(self.default, tuple) else self.default
@@ -84,21 +84,44 @@ class Options:
 def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os.environ,
             tool_trained: bool = False) -> Options:
     """Options from template kwargs, then environment, then the profile's defaults (ValueError for
-    a value of the wrong kind, an unknown dialect or a retired option)."""
+    a value of the wrong kind, an unknown dialect or a retired option in the kwargs; a retired
+    environment variable is refused once, at start: check_environment)."""
     kwargs = kwargs or {}
     for key, now in RETIRED.items():
-        if key in kwargs or env_name(key) in env:
-            raise ValueError(f"{key} is no longer an option; {now} turns the word checks on or off")
-    v = {o.key[3:]: _read(o, kwargs, env, tool_trained) for o in OPTIONS}
-    policy = Policy(v["call_bias"], v["result_bias"], v["next_bias"], v["close_bias"], v["end_after_calls"],
-                    v["word_checks"], v["formats"])
-    return Options(get_dialect(v["dialect"] or None), policy, v["example"], v["system_role"], v["template"])
+        if key in kwargs:
+            raise ValueError(_retired(key, now))
+    v = {}
+    for o in OPTIONS:
+        value = kwargs[o.key] if o.key in kwargs else env.get(o.env)
+        v[o.key] = _DEFAULTS[tool_trained][o.key] if value is None else _read(o, value)
+    policy = Policy(v["tb_call_bias"], v["tb_result_bias"], v["tb_next_bias"], v["tb_close_bias"],
+                    v["tb_end_after_calls"], v["tb_word_checks"], v["tb_formats"])
+    return Options(get_dialect(v["tb_dialect"] or None), policy, v["tb_example"], v["tb_system_role"],
+                   v["tb_template"])
 
 
-def _read(o: Option, kwargs: Mapping[str, Any], env: Mapping[str, str], tool_trained: bool) -> Any:
-    value = kwargs[o.key] if o.key in kwargs else env.get(o.env, o.default_for(tool_trained))
-    if value is None:
-        return None
+def _defaults(tool_trained: bool) -> dict[str, Any]:
+    return {o.key: None if o.default_for(tool_trained) is None else _read(o, o.default_for(tool_trained))
+            for o in OPTIONS}
+
+
+def check_environment(env: Mapping[str, str] = os.environ) -> None:
+    """Refuse a retired option set in the environment (ValueError), and any value of the wrong kind:
+    the servers call this as they start, so a bad setting stops the start, not every request."""
+    for key, now in RETIRED.items():
+        if env_name(key) in env:
+            raise ValueError(_retired(env_name(key), env_name(now)))
+    for o in OPTIONS:
+        if env.get(o.env) is not None:
+            _read(o, env[o.env])
+    get_dialect(env.get(env_name("tb_dialect")) or None)
+
+
+def _retired(name: str, now: str) -> str:
+    return f"{name} is no longer an option; {now} turns the word checks on or off"
+
+
+def _read(o: Option, value: Any) -> Any:
     if o.kind == "number":
         try:
             return float(value)
@@ -136,6 +159,9 @@ def _checks(key: str, value: Any) -> frozenset[str]:
     if unknown:
         raise ValueError(f"{key} must be true, false or some of {', '.join(WORD_CHECKS)}, not {value!r}")
     return frozenset(names)
+
+
+_DEFAULTS = (_defaults(False), _defaults(True))
 
 
 def markdown_table() -> str:

@@ -21,6 +21,7 @@ from toolbridge.apis import responses
 from toolbridge.deltas import delta
 from toolbridge.prompt.chat_templates import renders_tools
 from toolbridge.jsondata import plain_data
+from toolbridge.options import check_environment
 from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.parsing.markers import TurnCut
 from toolbridge.parsing.answer import TextOnly
@@ -252,7 +253,9 @@ def _chat_fields(request: Any) -> dict:
 def register() -> None:
     """Register the parser under its name, and install the one seam toolbridge needs in vLLM:
     vLLM's validation of a request's structural tag remembers the tags it passed
-    (vllm_plugin.constraint.memoize_validation). Idempotent; the plugin file may run twice."""
+    (vllm_plugin.constraint.memoize_validation). Idempotent; the plugin file may run twice. A bad
+    TOOLBRIDGE_* setting stops the server's start (toolbridge.options.check_environment)."""
+    check_environment()
     ToolParserManager.register_module(NAME, force=True, module=ToolbridgeToolParser)
     memoize_validation()
 
