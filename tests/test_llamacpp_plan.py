@@ -61,3 +61,10 @@ def test_a_bad_request_is_refused_by_the_check_before_any_plan(client, monkeypat
     r = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}], "tools": TOOLS,
                                                   "tool_choice": {"type": "function", "function": {"name": "nope"}}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice" and plans == []
+
+
+def test_a_retired_environment_variable_stops_the_start(monkeypatch):
+    """install() (what `python -m llamacpp_ext` runs first) refuses it before any model loads."""
+    monkeypatch.setenv("TOOLBRIDGE_GROUNDED", "1")
+    with pytest.raises(ValueError, match="TOOLBRIDGE_GROUNDED is no longer an option; TOOLBRIDGE_WORD_CHECKS"):
+        server.install()

@@ -183,6 +183,15 @@ def test_own_constraint_is_recognised_on_a_copy_of_the_request(choice):
     assert [(c.function.name, json.loads(c.function.arguments)) for c in info.tool_calls] == [("search", {"query": "x"})]
 
 
+def test_a_malformed_environment_variable_stops_the_start(monkeypatch):
+    """register() runs as vLLM loads its plugins, before it serves anything."""
+    from vllm_plugin import register
+
+    monkeypatch.setenv("TOOLBRIDGE_CALL_BIAS", "lots")
+    with pytest.raises(ValueError, match="tb_call_bias must be a number"):
+        register()
+
+
 def test_the_validation_seam_is_installed_once_and_remembers_only_sole_tags():
     """Importing the plugin installs one seam in vLLM: its structural-tag validation remembers the
     tags it passed (registering again does not wrap it twice); any other constraint is validated
