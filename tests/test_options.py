@@ -35,8 +35,9 @@ def test_resolve_rejects_unknown_values(kwargs):
 @pytest.mark.parametrize("env", [{"TOOLBRIDGE_GROUNDED": "1"}, {"TOOLBRIDGE_CALL_BIAS": "lots"},
                                  {"TOOLBRIDGE_DIALECT": "xml"}, {"TOOLBRIDGE_WORD_CHECKS": "spelling"}])
 def test_a_bad_environment_stops_the_start(env):
-    """The servers check the environment as they start (vllm_plugin.register, llamacpp_ext.server.install)."""
-    with pytest.raises(ValueError):
+    """The servers check the environment as they start (vllm_plugin.register, llamacpp_ext.server.install),
+    and the error names the variable."""
+    with pytest.raises(ValueError, match="^" + next(iter(env))):
         check_environment(env)
 
 

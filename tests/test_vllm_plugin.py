@@ -188,7 +188,7 @@ def test_a_malformed_environment_variable_stops_the_start(monkeypatch):
     from vllm_plugin import register
 
     monkeypatch.setenv("TOOLBRIDGE_CALL_BIAS", "lots")
-    with pytest.raises(ValueError, match="tb_call_bias must be a number"):
+    with pytest.raises(ValueError, match="TOOLBRIDGE_CALL_BIAS: tb_call_bias must be a number"):
         register()
 
 

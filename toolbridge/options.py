@@ -112,9 +112,15 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
         if env_name(key) in env:
             raise ValueError(_retired(env_name(key), env_name(now)))
     for o in OPTIONS:
-        if env.get(o.env) is not None:
-            _read(o, env[o.env])
-    get_dialect(env.get(env_name("tb_dialect")) or None)
+        value = env.get(o.env)
+        if value is None:
+            continue
+        try:
+            value = _read(o, value)
+            if o.key == "tb_dialect":
+                get_dialect(value)
+        except ValueError as e:
+            raise ValueError(f"{o.env}: {e}") from None
 
 
 def _retired(name: str, now: str) -> str:
