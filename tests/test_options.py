@@ -70,7 +70,7 @@ def test_the_next_call_bias_needs_an_answer_that_may_hold_several_calls():
 def test_every_option_reads_its_key_then_its_environment_variable():
     """The request keys and environment variables are the table's: each option resolves from its
     key over its variable over its default."""
-    samples = {"text": ("json", "react"), "bool": (False, True), "number": (1.5, 2.5),
+    samples = {"dialect": ("json", "react"), "bool": (False, True), "number": (1.5, 2.5),
                "checks": (frozenset({"asked"}), frozenset({"unrelated"}))}
     for o in OPTIONS:
         if o.key == "tb_template":

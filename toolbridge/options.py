@@ -40,7 +40,7 @@ class Option:
     """One option: its request key, type, default (one, or one per profile) and what it moves."""
 
     key: str
-    kind: str  # "text", "bool", "number" or "checks"
+    kind: str  # "text", "dialect", "bool", "number" or "checks"
     default: Any  # a value, or a tuple with one per profile (PROFILES' order)
     moves: str  # the decision it moves, for the README's table
     env: str = field(init=False)  # its environment variable
@@ -53,7 +53,7 @@ class Option:
 
 
 OPTIONS = (
-    Option("tb_dialect", "text", DEFAULT_DIALECT, "the call format the prompt asks for (the parser reads every one)"),
+    Option("tb_dialect", "dialect", DEFAULT_DIALECT, "the call format the prompt asks for (the parser reads every one)"),
     Option("tb_example", "bool", True, "the prompt shows a call example"),
     Option("tb_system_role", "bool", None, "the tool list goes in a system turn (unset: as the template allows)"),
     Option("tb_template", "text", None, "llama.cpp: the stock template (a family, a file, `native`; unset: the model's)"),
@@ -96,13 +96,11 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
         v[o.key] = _DEFAULTS[tool_trained][o.key] if value is None else _read(o, value)
     policy = Policy(v["tb_call_bias"], v["tb_result_bias"], v["tb_next_bias"], v["tb_close_bias"],
                     v["tb_end_after_calls"], v["tb_word_checks"], v["tb_formats"])
-    return Options(get_dialect(v["tb_dialect"] or None), policy, v["tb_example"], v["tb_system_role"],
-                   v["tb_template"])
+    return Options(v["tb_dialect"], policy, v["tb_example"], v["tb_system_role"], v["tb_template"])
 
 
 def _defaults(tool_trained: bool) -> dict[str, Any]:
-    return {o.key: None if o.default_for(tool_trained) is None else _read(o, o.default_for(tool_trained))
-            for o in OPTIONS}
+    return {o.key: None if (d := o.default_for(tool_trained)) is None else _read(o, d) for o in OPTIONS}
 
 
 def check_environment(env: Mapping[str, str] = os.environ) -> None:
@@ -116,9 +114,7 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
         if value is None:
             continue
         try:
-            value = _read(o, value)
-            if o.key == "tb_dialect":
-                get_dialect(value)
+            _read(o, value)
         except ValueError as e:
             raise ValueError(f"{o.env}: {e}") from None
 
@@ -137,6 +133,8 @@ def _read(o: Option, value: Any) -> Any:
         return _flag(o.key, value)
     if o.kind == "checks":
         return _checks(o.key, value)
+    if o.kind == "dialect":
+        return get_dialect(str(value) or None)
     return str(value) or None
 
 
