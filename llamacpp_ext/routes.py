@@ -29,8 +29,10 @@ from toolbridge.apis import anthropic, responses, responses_stream, validate
 from toolbridge.apis.fields import new_id
 from toolbridge.errors import BadRequest
 from toolbridge.request import plan
+from toolbridge.serving import shape
 from toolbridge.serving.asgi import (check_request, count_tokens_chat, read_body, receive_body, replay, send_json,
                                      with_body)
+from toolbridge.serving.shape import error_message
 
 from . import prompt
 from .fields import adapt_request, check_fields
@@ -219,8 +221,7 @@ class _Responses:
 
     @staticmethod
     def error_from_chat(status: int, body: dict) -> dict:
-        return body if isinstance(body.get("error"), dict) else {"error": {"message": json.dumps(body),
-                                                                           "type": "server_error"}}
+        return shape.error_body(shape.RESPONSES, status, body)
 
 
 class _Messages:
@@ -241,7 +242,7 @@ class _Messages:
 
     @staticmethod
     def stream_error(stream: Any, status: int, error: dict) -> list[dict]:
-        return stream.error_event(status, _message(error))
+        return stream.error_event(status, error_message(status, error))
 
     @staticmethod
     def error(e: BadRequest) -> dict:
@@ -249,14 +250,7 @@ class _Messages:
 
     @staticmethod
     def error_from_chat(status: int, body: dict) -> dict:
-        return anthropic.error_body(status, _message(body))
-
-
-def _message(body: Any) -> str:
-    err = body.get("error") if isinstance(body, dict) else None
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
-    return body.get("detail") if isinstance(body, dict) and isinstance(body.get("detail"), str) else json.dumps(body)
+        return anthropic.error_body(status, error_message(status, body))
 
 
 class _Relay:

@@ -157,3 +157,40 @@ def test_the_option_off_or_several_choices_pass_the_made_up_call():
     assert body_of(serve({**request(FUNDS, True), "n": 2}, [answer])[0]) == answer
     # the scripted route plans without the request's options; the plan's own check is tested in test_grounding
     assert again.made_up(prepare(tools=[PAY], messages=FUNDS, template_kwargs=off["chat_template_kwargs"]), None, "pay", json.dumps(MADE_UP)) is False
+
+
+def received_as_sent(options: dict) -> list[bool]:
+    """For each event a scripted route streams (an answer opening with a made-up call), whether the
+    client had it as soon as the route sent it."""
+    answer = call_stream("first", MADE_UP)
+    stream = [e + b"\n\n" for e in answer.split(b"\n\n") if e]
+    sent: list[dict] = []
+    at_once: list[bool] = []
+
+    async def app(scope, receive, send):
+        await receive()
+        again.planned(prepare(tools=[PAY], messages=FUNDS, template_kwargs=options))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for event in stream:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            at_once.append(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").endswith(event))
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    raw = json.dumps(request(FUNDS, True)).encode()
+
+    async def receive():
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    asyncio.run(RequestCheck(app)(scope, receive, send))
+    return at_once
+
+
+def test_a_streamed_first_call_is_held_only_where_the_check_is_asked():
+    """Without the grounded check a stream passes each event as it comes; with it, the opening call
+    waits until it is complete."""
+    assert all(received_as_sent({"tb_word_checks": False}))
+    assert not all(received_as_sent(CHECKED))

@@ -432,6 +432,14 @@ def api_foreign_bad():
     return set()
 
 
+from api_shapes import *  # noqa: E402,F401,F403  (every error and cut answer in the API's shape)
+
+
+@pytest.fixture(scope="module")
+def api_refused():
+    return set()
+
+
 def test_responses_store(oai):
     """A stored response is continued by previous_response_id; an unknown id, or one that asked
     not to be stored, is a 400."""

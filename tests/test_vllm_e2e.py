@@ -1,7 +1,7 @@
 """End to end: a real vLLM server (CPU build) serving SmolLM2-135M-Instruct with
 `--tool-call-parser toolbridge` and the packaged ChatML template, driven by the official
 openai client. The parser is found through the installed `vllm.general_plugins` entry point
-(no --tool-parser-plugin flag)."""
+(no --tool-parser-plugin flag), which also puts its request check in front of vLLM's routes (no --middleware)."""
 from __future__ import annotations
 
 import json
@@ -29,8 +29,8 @@ def server():
     from toolbridge.serving.models import hf_copy
 
     model = hf_copy()
-    with vllm_server(model, "smollm2", ROOT / "templates" / "chatml.jinja",
-                     "--middleware", "vllm_plugin.middleware.RequestCheck", max_model_len=8192) as s:
+    # no --middleware: the installed plugin puts its request check in front of vLLM's routes itself
+    with vllm_server(model, "smollm2", ROOT / "templates" / "chatml.jinja", max_model_len=8192) as s:
         yield s
 
 
@@ -324,3 +324,16 @@ def api_foreign_bad():
     """Bodies vLLM's own Responses route takes as valid before toolbridge sees them: a bare
     function_call item (without its tools, no tool plan applies)."""
     return {("responses", 13)}
+
+
+# -- every error and cut answer in the API's shape (tests/api_shapes.py) ----------------------------
+
+from api_shapes import *  # noqa: E402,F401,F403
+from api_shapes import MESSAGES_CASES  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def api_refused():
+    """vLLM's own Messages route refuses each of these (its context is 8192 tokens; SmolLM2 reads no
+    images): 400, in Anthropic's shape."""
+    return set(MESSAGES_CASES)

@@ -239,3 +239,32 @@ def test_tool_choice_none_shows_no_markup_whole_or_streamed():
     d = stream.finish_streaming()
     text += (d.content or "") if d is not None else ""
     assert text == "It is sunny."
+
+
+def middleware_of_a_built_app(*flags: str) -> list[str]:
+    """The user middleware (outermost first) of an app built by vLLM's launcher with `--middleware`
+    flags, in a fresh interpreter where the plugin registered itself through its entry point."""
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+              "from argparse import Namespace\nfrom fastapi import FastAPI\n"
+              "from vllm.plugins import load_general_plugins\nload_general_plugins()\n"
+              "from vllm.entrypoints.launchers import app as launcher\n"
+              "args = Namespace(allowed_origins=['*'], allow_credentials=False, allowed_methods=['*'],\n"
+              "                 allowed_headers=['*'], api_key=None, enable_request_id_headers=False,\n"
+              f"                 middleware={list(flags)!r})\n"
+              "app = FastAPI()\nlauncher.init_entrypoints_middleware(args, app, ('generate',))\n"
+              "print([m.cls.__module__ + '.' + m.cls.__name__ for m in app.user_middleware])")
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return eval(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_plugin_puts_its_request_check_in_front_of_every_app_once():
+    """Every app vLLM's launcher builds gets the request check, outermost, without a flag; named
+    with --middleware (as older command lines do), it is there once."""
+    ours = "vllm_plugin.middleware.RequestCheck"
+    plain = middleware_of_a_built_app()
+    assert plain[0] == ours and plain.count(ours) == 1, plain
+    flagged = middleware_of_a_built_app(ours)
+    assert flagged.count(ours) == 1, flagged
+    renamed = middleware_of_a_built_app("vllm_plugin.middleware.RequestGuard")
+    assert sum(m.startswith("vllm_plugin.middleware.") for m in renamed) == 1, renamed

@@ -31,6 +31,7 @@ from toolbridge.parsing.stream import StreamParser
 from toolbridge.steer.args import ARG, to_args
 from toolbridge.steer.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
+from vllm_plugin.middleware import install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -251,13 +252,15 @@ def _chat_fields(request: Any) -> dict:
 
 
 def register() -> None:
-    """Register the parser under its name, and install the one seam toolbridge needs in vLLM:
+    """Register the parser under its name, and install the two seams toolbridge needs in vLLM:
     vLLM's validation of a request's structural tag remembers the tags it passed
-    (vllm_plugin.constraint.memoize_validation). Idempotent; the plugin file may run twice. A bad
+    (vllm_plugin.constraint.memoize_validation), and every app vLLM builds answers in each API's
+    shape (vllm_plugin.middleware.install). Idempotent; the plugin file may run twice. A bad
     TOOLBRIDGE_* setting stops the server's start (toolbridge.options.check_environment)."""
     check_environment()
     ToolParserManager.register_module(NAME, force=True, module=ToolbridgeToolParser)
     memoize_validation()
+    install_request_check()
 
 
 register()

@@ -17,13 +17,17 @@ from .fields import new_id, string_field
 PASSED = ("temperature", "top_p", "top_k", "stream", "seed", "min_p", "logit_bias", "repeat_penalty",
           "chat_template_kwargs", "model")
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
+# the error type Anthropic names for each status it answers; another 4xx is a bad request, another 5xx
+# Anthropic's own failure
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 500: "api_error",
+               529: "overloaded_error"}
 
 
 def error_body(status: int, message: str) -> dict:
-    """An error in Anthropic's shape."""
-    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+    """An error in Anthropic's shape, with the type Anthropic uses for the status."""
+    kind = ERROR_TYPES.get(status) or ("invalid_request_error" if 400 <= status < 500 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def chat_request(body: Mapping[str, Any]) -> dict:

@@ -9,9 +9,9 @@ goes out, and when its first call opens the answer with made-up values, drops th
 the route again with `again` set, where the adapter holds back every call opening at every step.
 
 What the client sees is the second answer under the first one's id. A stream holds back only the first
-call, until it is complete; the text before and the calls after it pass as they come. The discarded
-answer's tokens count in `usage` (as in python -m llamacpp_ext), not against max_tokens (a second
-request, to the engine). One choice (`n` 1) only: several answers to one request are passed as they are.
+call, until it is complete, and only where the request asks for the check; the text before and the
+calls after it pass as they come. The discarded answer's tokens count in `usage` (as in python -m
+llamacpp_ext), not against max_tokens (a second request, to the engine). One choice (`n` 1) only: several answers to one request are passed as they are.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from typing import Any, Callable
 from ..events import ToolCall
 from ..request import ToolRequest
 from .asgi import replay
+from .shape import parse_json as _json, sse_data as _sse_data, sse_events as _events
 
 
 @dataclass
@@ -46,9 +47,15 @@ def planned(req: ToolRequest) -> bool:
     return attempt.again
 
 
+def checked(plan: ToolRequest | None) -> bool:
+    """Whether the request's first call is checked for made-up values (its plan asks for the
+    `grounded` word check); a stream holds that call back only then."""
+    return plan is not None and bool(plan.grounded)
+
+
 def made_up(plan: ToolRequest | None, content: str | None, name: str, arguments: str) -> bool:
     """An answer that opens with this call (no text before it) made its values up."""
-    if plan is None or not plan.grounded or (content or "").strip():
+    if not checked(plan) or (content or "").strip():
         return False
     return bool(plan.invented(ToolCall("", name, arguments)))
 
@@ -76,16 +83,6 @@ def _only_choice(data: Any) -> dict | None:
     """The response's or chunk's choice, where it has exactly one."""
     choices = data.get("choices") if isinstance(data, dict) else None
     return choices[0] if isinstance(choices, list) and len(choices) == 1 and isinstance(choices[0], dict) else None
-
-
-def _events(pending: bytes, message: dict) -> tuple[list[bytes], bytes]:
-    """The complete server-sent events (separator kept) of what has come so far with this body
-    message, and what is left of an event still coming; at the body's end, that rest is an event."""
-    *events, rest = (pending + message.get("body", b"")).split(b"\n\n")
-    events = [e + b"\n\n" for e in events]
-    if not message.get("more_body") and rest:
-        events, rest = [*events, rest], b""
-    return events, rest
 
 
 def _first_call(calls: Any) -> tuple[str, str] | None:
@@ -222,7 +219,7 @@ class _Stream:
                     await self._decide()
                 return
             if self._state == self.PASS:
-                if self._text.strip():
+                if self._text.strip() or not checked(self._attempt.plan):
                     self._decided = True
                     return
                 self._state = self.HOLD
@@ -272,19 +269,3 @@ class _Stream:
             data["id"] = self._id
         _add_usage(data.get("usage"), self._spent)
         return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
-
-
-def _sse_data(event: bytes) -> Any:
-    """An event's data: its JSON, "[DONE]", or None."""
-    lines = [line[5:].strip() for line in event.decode("utf-8", "replace").splitlines() if line.startswith("data:")]
-    text = "\n".join(lines)
-    if not text:
-        return None
-    return "[DONE]" if text == "[DONE]" else _json(text)
-
-
-def _json(text: bytes | str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None

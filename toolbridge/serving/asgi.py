@@ -19,6 +19,7 @@ from typing import Any, Callable
 from ..apis import anthropic, responses, validate
 from ..errors import BadRequest
 from ..request import CheckedRequest, check, plan
+from .shape import CHAT, MESSAGES, RESPONSES, Shaped, send_json
 
 CHAT_PATH = "/chat/completions"
 RESPONSES_PATH = "/v1/responses"
@@ -106,24 +107,28 @@ class RequestCheck:
     def wrap_send(self, data: dict, send: Callable) -> Callable:
         return send
 
-    def route(self, path: str) -> tuple[Callable[[dict], Any], Callable[[BadRequest], dict]] | None:
-        """The check and the error shape for a path, or None for a path it lets through."""
+    def route(self, path: str) -> tuple[str, Callable[[dict], Any], Callable[[BadRequest], dict]] | None:
+        """The API, the check and the error shape for a path, or None for a path it lets through."""
         if path.endswith(CHAT_PATH):
-            return self.check, _openai_error
+            return CHAT, self.check, _openai_error
         if path.endswith(RESPONSES_PATH):
-            return check_responses, _openai_error
+            return RESPONSES, check_responses, _openai_error
         if path.endswith(MESSAGES_PATH):
-            return check_messages, _anthropic_error
+            return MESSAGES, check_messages, _anthropic_error
         if path.endswith(COUNT_TOKENS_PATH):
-            return check_count_tokens, _anthropic_error
+            return MESSAGES, check_count_tokens, _anthropic_error
         return None
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
-        route = self.route(scope.get("path", "")) if scope["type"] == "http" and scope.get("method") == "POST" else None
+        route = self.route(scope.get("path", "")) if scope["type"] == "http" else None
         if route is None:
             await self.app(scope, receive, send)
             return
-        check, error_body = route
+        api, check, error_body = route
+        shaped = Shaped(send, api)
+        if scope.get("method") != "POST":
+            await shaped.run(lambda out: self.app(scope, receive, out))
+            return
         body = await receive_body(receive)
         try:
             data = read_body(body)
@@ -134,7 +139,7 @@ class RequestCheck:
         if changed:
             body = json.dumps(data).encode("utf-8")
             scope = with_body(scope, body)
-        await self.answer(scope, body, receive, self.wrap_send(data, send), data)
+        await shaped.run(lambda out: self.answer(scope, body, receive, self.wrap_send(data, out), data))
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
         """The app's answer to a checked request (`body`, read as `data`)."""
@@ -174,10 +179,3 @@ def with_body(scope: dict, body: bytes, path: str | None = None) -> dict:
     if path is not None:
         scope.update(path=path, raw_path=path.encode())
     return scope
-
-
-async def send_json(send: Callable, status: int, data: Any) -> None:
-    body = json.dumps(data).encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
