@@ -7,9 +7,9 @@ a marker goes out as content at once; a possible marker is held back until it is
 and released as content when it turns out not to be a call. Work is amortized O(1) per
 character: nothing is re-read when a delta arrives.
 
-This module is the scanner (content, markers, what surrounds a call body). A call body is
-read by `callobj.CallObjectReader` over a `lenient.LenientReader`, a ReAct call by
-`react.ReactReader`; `calls.CallBook` starts and ends the calls. Every marker comes from the
+This module is the scanner (content and markers); what surrounds a call body and the body itself
+are `body.BodyScanning`'s (a call body is read by `callobj.CallObjectReader` over a
+`lenient.LenientReader`), a ReAct call `react.ReactReader`'s; `calls.CallBook` starts and ends the calls. Every marker comes from the
 dialects (dialects.py).
 
 Whitespace next to a call is not content: the run before a call is dropped, and so is the run
@@ -27,24 +27,20 @@ keeps history markup out of content put together from released or separated piec
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Iterable, Sequence
 
 from . import react
-from .callobj import CallObjectReader
+from .body import AFTER, CONTENT, DISCARD, JSON_BODY, OPEN, REACT, BodyScanning
 from .calls import CallBook
-from ..dialects import FENCE, Dialect
+from .callobj import CallObjectReader
+from ..dialects import Dialect
 from ..events import Content, Event, merge, new_call_id
 from ..lenient import WS, LenientReader
 from .markers import K_END, K_LABEL, K_STRAY, WAIT, ContentGuard, Marker, markers
 from ..tools import ToolChoice, normalize_tools
 
-# what the scanner is reading
-CONTENT, OPEN, JSON_BODY, AFTER, REACT, DISCARD = range(6)
-_LANG = re.compile(r"[A-Za-z0-9_-]*")  # a code fence's language tag
 
-
-class StreamParser(react.ReactScanning):
+class StreamParser(BodyScanning, react.ReactScanning):
     """Feed deltas, get events; call `finish` when the text ends.
 
     tools: the declared tools (OpenAI dicts or `Tool`s); only calls naming one of them count.
@@ -283,134 +279,3 @@ class StreamParser(react.ReactScanning):
         """History markup: the model writes a tool's result or a new turn itself, so its answer has ended."""
         self.mode = DISCARD
         self.ws = ""
-
-    # -- a marker was seen: its body --------------------------------------------------------------
-    def _open(self, s: str, i: int, final: bool) -> int:
-        """Between a marker and its JSON: whitespace, and maybe a code fence with a language tag."""
-        n = len(s)
-        start = i
-        while i < n:
-            if self.lang:
-                i = _LANG.match(s, i).end()
-                if i == n:
-                    break
-                self.lang = False
-                continue
-            c = s[i]
-            if c in WS:
-                i += 1
-                continue
-            if c == "{" or c == "[":
-                self.held.append(s[start:i])
-                self._begin_body(self.dialect, keep_held=True)
-                return i
-            if c == "`" and not self.fenced:
-                if s.startswith(FENCE, i):
-                    i += len(FENCE)
-                    self.fenced = self.lang = True
-                    continue
-                if not final and FENCE.startswith(s[i:]):
-                    break
-            self.held.append(s[start:i])
-            self._fail()
-            return i
-        self.held.append(s[start:i])
-        return i
-
-    def _begin_body(self, dialect: Dialect, keep_held: bool = False, slot: Any = None) -> None:
-        self.dialect = dialect
-        if not keep_held:
-            self.held = []
-            self.fenced = False
-        self.body = CallObjectReader(self.book, slot, bare=not (dialect.open or keep_held))
-        self.reader = LenientReader(self.body)
-        self.body.reader = self.reader
-        self.mode = JSON_BODY
-
-    def _json(self, s: str, i: int) -> int:
-        j = self.reader.feed(s, i)
-        if not self.body.committed:
-            self.held.append(s[i:j])
-        self._after_body(final=False)
-        return j
-
-    def _after_body(self, final: bool) -> None:
-        body, reader = self.body, self.reader
-        if body.failed or (reader.failed and not body.committed):
-            self._fail()
-            return
-        if not (reader.failed or reader.done or final):
-            return
-        body.abort()
-        if self.react is not None:
-            self._end_react(complete=reader.done and not reader.repaired)
-        elif reader.done and (self.dialect.close or self.fenced):
-            self.mode = AFTER
-        else:
-            self._to_content()
-
-    def _to_content(self) -> None:
-        self.mode = CONTENT
-        self.held = []
-        self.fenced = False
-        self.line_start = False
-
-    def _tagged_start(self) -> bool:
-        """The text ended after a call tag before a call in it counted (cut before the tool's name)."""
-        d = self.dialect
-        return (d is not None and bool(d.open) and d.open.startswith("<") and "".join(self.held).startswith(d.open)
-                and not (self.mode == JSON_BODY and self.body.committed))
-
-    def _drop_start(self) -> None:
-        self.held = []
-        self.ws = ""
-        self.mode = CONTENT
-        self.fenced = self.lang = False
-
-    def _fail(self) -> None:
-        """The held text was not a call after all: it is content."""
-        held = "".join(self.held)
-        self.held = []
-        d = self.dialect
-        if d is not None and d.open and d.close and held.startswith(d.open):
-            self.unclosed = d.close
-        self.mode = CONTENT
-        self.fenced = self.lang = False
-        self.react = None
-        if held:
-            self._plain(held)
-
-    def _after(self, s: str, i: int, final: bool) -> int:
-        """After a call's JSON: stray closers and whitespace, then the fence and close markers."""
-        n = len(s)
-        while i < n:
-            c = s[i]
-            if c in WS:
-                i = self._space_run(s, i)
-                continue
-            if c == "}" or c == "]":
-                i += 1
-                continue
-            if self.fenced:
-                if s.startswith(FENCE, i):
-                    self.fenced = False
-                    self.ws = ""
-                    i += len(FENCE)
-                    if not self.dialect.close:
-                        self._to_content()
-                        return i
-                    continue
-                if FENCE.startswith(s[i:]):
-                    return n if final else i  # a cut-off fence is dropped
-                self.fenced = False
-            close = self.dialect.close
-            if close:
-                if s.startswith(close, i):
-                    self.ws = ""
-                    self._to_content()
-                    return i + len(close)
-                if close.startswith(s[i:]):
-                    return n if final else i  # a cut-off close marker is dropped
-            self._to_content()
-            return i
-        return i
