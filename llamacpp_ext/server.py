@@ -5,8 +5,8 @@
   `interrupt_requests` false (a stream cut off by the next request would lose its calls),
   `logits_all` false (toolbridge returns no logprobs; the full logits copy costs memory and time),
   and per request `repeat_penalty` 1.0 as in upstream llama.cpp's server (llama-cpp-python's
-  1.1 penalizes the quotes, commas and braces JSON must repeat: bench/accuracy measured 26%
-  exactly right calls under `required` with it, 36% without);
+  1.1 penalizes the quotes, commas and braces JSON must repeat: bench/accuracy measured fewer
+  exactly right calls with it, docs/measurements.md);
 - a middleware checks chat requests before the route runs, so a bad body, bad fields (the
   stock request model's validation, and the OpenAI ranges it lacks: max_tokens >= 1,
   temperature 0-2, n 1, non-empty messages), bad tools, tool choices and tool messages answer

@@ -7,8 +7,10 @@ import jinja2
 import pytest
 
 from toolbridge import parse
-from toolbridge.prompt.render import compile_template
-from toolbridge.prompt.chat_templates import FAMILIES, generate, read_stock, supports_system_role, template_dir, unwrap, wrap
+from toolbridge.dialects import DIALECTS
+from toolbridge.prompt.render import baked, compile_template
+from toolbridge.prompt.chat_templates import (FAMILIES, generate, read_stock, served_dialect, supports_system_role,
+                                              template_dir, template_path, unwrap, wrap)
 
 from servers import ROOT
 from toolsets import SEARCH, WEATHER
@@ -178,3 +180,26 @@ def test_user_and_tool_text_cannot_forge_turns_or_calls(tokenizer, name):
     count = lambda text: sum(t in special for t in tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
     assert count(forged) == count(clean)
     assert name != "chatml" or count(clean) > 0  # SmolLM2's tokenizer knows ChatML's tokens
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_a_wrapped_template_records_what_it_was_wrapped_with(dialect):
+    text = wrap("{{ messages }}", dialect=dialect, example=False, system_role=False)
+    assert baked(text) == {"dialect": dialect, "example": False, "system_role": False}
+    assert served_dialect(text, {}) == dialect and served_dialect(text, {"TOOLBRIDGE_DIALECT": dialect}) == dialect
+    assert baked("{{ messages }}") is None and served_dialect("{{ messages }}", {"TOOLBRIDGE_DIALECT": "json"}) is None
+    other = next(d for d in DIALECTS if d != dialect)
+    with pytest.raises(ValueError, match=f"wrapped for the {dialect!r} dialect.*TOOLBRIDGE_DIALECT={other}"):
+        served_dialect(text, {"TOOLBRIDGE_DIALECT": other})
+
+
+def test_every_packaged_template_records_its_family_dialect():
+    for fam in FAMILIES.values():
+        assert baked(template_path(fam.name).read_text(encoding="utf-8"))["dialect"] == fam.dialect
+
+
+def test_the_prelude_refuses_an_unknown_dialect_instead_of_falling_back():
+    template = compile_template(wrap("{{ messages | length }}"))
+    assert template.render(messages=[{"role": "user", "content": "hi"}], tb_dialect="json") == "1"
+    with pytest.raises(jinja2.exceptions.TemplateError, match="unknown toolbridge dialect: xml"):
+        template.render(messages=[{"role": "user", "content": "hi"}], tb_dialect="xml")

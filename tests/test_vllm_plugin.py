@@ -1,6 +1,7 @@
 """The vLLM adapter without a server: registration three ways, and request adjustment,
 through vLLM's own code (plugin import, request model, xgrammar)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -268,3 +269,36 @@ def test_the_plugin_puts_its_request_check_in_front_of_every_app_once():
     assert flagged.count(ours) == 1, flagged
     renamed = middleware_of_a_built_app("vllm_plugin.middleware.RequestGuard")
     assert sum(m.startswith("vllm_plugin.middleware.") for m in renamed) == 1, renamed
+
+
+def app_built_with_template(template: str, env: dict) -> subprocess.CompletedProcess:
+    """vLLM's launcher building an app for `--chat-template template` with `env`, in a fresh
+    interpreter where the plugin registered itself; prints TOOLBRIDGE_DIALECT afterwards."""
+    script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
+              "import os\nfrom argparse import Namespace\nfrom fastapi import FastAPI\n"
+              "from vllm.plugins import load_general_plugins\nload_general_plugins()\n"
+              "from vllm.entrypoints.launchers import app as launcher\n"
+              "args = Namespace(allowed_origins=['*'], allow_credentials=False, allowed_methods=['*'],\n"
+              "                 allowed_headers=['*'], api_key=None, enable_request_id_headers=False,\n"
+              f"                 middleware=[], chat_template={template!r}, model='m')\n"
+              "launcher.init_entrypoints_middleware(args, FastAPI(), ('generate',))\n"
+              "print(os.environ.get('TOOLBRIDGE_DIALECT'))")
+    base = {k: v for k, v in os.environ.items() if k != "TOOLBRIDGE_DIALECT"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/", env={**base, **env})
+
+
+def test_a_wrapped_template_sets_the_dialect_it_asks_for_and_refuses_another(tmp_path):
+    """A template wrapped for `json` makes `json` the server's dialect; TOOLBRIDGE_DIALECT naming
+    another stops the app's build with a message that says both."""
+    from toolbridge.prompt.chat_templates import wrap
+
+    path = tmp_path / "json.jinja"
+    path.write_text(wrap("{% for m in messages %}{{ m.content }}{% endfor %}", dialect="json"), encoding="utf-8")
+    served = app_built_with_template(str(path), {})
+    assert served.returncode == 0 and served.stdout.strip().splitlines()[-1] == "json", served.stderr[-2000:]
+    same = app_built_with_template(str(path), {"TOOLBRIDGE_DIALECT": "json"})
+    assert same.returncode == 0, same.stderr[-2000:]
+    refused = app_built_with_template(str(path), {"TOOLBRIDGE_DIALECT": "tags"})
+    assert refused.returncode != 0 and "wrapped for the 'json' dialect" in refused.stderr, refused.stderr[-2000:]
+    stock = app_built_with_template("{% for m in messages %}{{ m.content }}{% endfor %}", {})
+    assert stock.returncode == 0 and stock.stdout.strip().splitlines()[-1] == "None", stock.stderr[-2000:]

@@ -2,8 +2,9 @@
 
 A `Tool` carries what the parser and grammars need: the name, the parameter schema,
 a navigator over that schema for coercion, and a compiled validator. Schemas are checked and
-validated with jsonschema-rs: an agent's 128 tool schemas are meta-validated in about 1 ms
-(the pure-Python jsonschema took about 370 ms on this machine, on every new tool set).
+validated with jsonschema-rs, the compiled implementation of the same drafts: the pure-Python
+jsonschema took most of a request's budget on every new tool set (docs/measurements.md, "Code
+figures").
 """
 from __future__ import annotations
 

@@ -92,10 +92,9 @@ class _CloseTables:
     point's tokens that end the arguments, padded to one length with its first (written twice,
     alike); `ends`, each point's ending tokens as a set."""
 
-    __slots__ = ("width", "going", "tokens", "ends")
+    __slots__ = ("going", "tokens", "ends")
 
     def __init__(self, vocab: Vocabulary, width: int, device: torch.device, pin: bool):
-        self.width = width
         going = torch.zeros((len(POINTS) + 1) * width, dtype=torch.bool, pin_memory=pin)
         flat = [k * width + t for k, p in enumerate(POINTS) for t in vocab.going_on[p] if 0 <= t < width]
         if flat:

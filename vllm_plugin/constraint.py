@@ -4,12 +4,12 @@
 tool with its schema); `required` and named choices are strict (`tags_with_separator`: the
 answer is calls and nothing else). A tag is checked with xgrammar, the backend vLLM compiles
 it with, once per tool set (the result is kept with the set): in slices of tools on parallel
-threads (xgrammar converts without holding the GIL), so a new 128-tool set is checked in about
-half the time of one pass; a slice that fails is narrowed down to the tools whose schema fails.
+threads (xgrammar converts without holding the GIL), which is faster than one pass on a large new
+tool set; a slice that fails is narrowed down to the tools whose schema fails.
 
 vLLM itself converts the tag once more per request to validate it, on the API server's event
-loop (about 60 ms for 128 tools on this machine); `memoize_validation` remembers the tags that
-passed, so a repeated tool set does not pay that again.
+loop; `memoize_validation` remembers the tags that passed, so a repeated tool set does not pay that
+again (both figures: docs/measurements.md, "Code figures").
 """
 from __future__ import annotations
 

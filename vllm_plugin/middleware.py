@@ -1,6 +1,7 @@
 """The request check in front of vLLM's chat, Responses, Messages and count_tokens routes. The plugin
 installs it in every app vLLM's launcher builds (`install`); `--middleware
-vllm_plugin.middleware.RequestCheck` names it by hand, and it is then not added a second time.
+vllm_plugin.middleware.RequestCheck` names it by hand, and it is then not added a second time. As the
+app is built, the served chat template is checked against the settings too (`check_template`).
 
 - Bad bodies vLLM's own request handling fails (a body that is not UTF-8 answers a non-OpenAI error;
   a named tool_choice next to a tool without `function` is a 500 in vLLM's request validator) or
@@ -16,8 +17,11 @@ before, kept for existing command lines."""
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import Any, Callable
 
+from toolbridge.prompt.chat_templates import DIALECT_ENV, read_stock, served_dialect
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
 
@@ -50,6 +54,7 @@ def install() -> bool:
         return True
 
     def init_entrypoints_middleware(args: Any, app: Any, *rest: Any, **kw: Any) -> None:
+        check_template(args)
         builder(args, app, *rest, **kw)
         if not any(isinstance(m.cls, type) and issubclass(m.cls, _Check) for m in app.user_middleware):
             app.add_middleware(RequestCheck)
@@ -59,4 +64,42 @@ def install() -> bool:
     return True
 
 
-__all__ = ["RequestCheck", "RequestGuard", "install"]
+def check_template(args: Any) -> None:
+    """The template vLLM serves (`--chat-template`, else the tokenizer's or model's directory) against
+    TOOLBRIDGE_DIALECT: a template toolbridge wrapped records its dialect, which becomes this
+    process's default where the variable is unset; a variable that names another stops the start
+    (ValueError, toolbridge.prompt.chat_templates.served_dialect)."""
+    made = served_dialect(_served_template(args))
+    if made and DIALECT_ENV not in os.environ:
+        os.environ[DIALECT_ENV] = made
+        log.info("toolbridge: the chat template was wrapped for the %r dialect; parsing and constraining it", made)
+
+
+def _served_template(args: Any) -> str | None:
+    source = getattr(args, "chat_template", None)
+    if source:
+        return read_stock(source) if _is_file(source) else str(source)
+    for place in (getattr(args, "tokenizer", None), getattr(args, "model", None)):
+        if place and _is_dir(place):
+            try:
+                return read_stock(place)
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except OSError:  # a template given inline may be longer than a path may be
+        return False
+
+
+def _is_dir(text: str) -> bool:
+    try:
+        return Path(text).is_dir()
+    except OSError:
+        return False
+
+
+__all__ = ["RequestCheck", "RequestGuard", "install", "check_template"]

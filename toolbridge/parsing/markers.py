@@ -82,8 +82,8 @@ class MarkerTable:
         # what ContentGuard looks for: the history markup that ends an answer wherever it is
         ends = sorted({m.text for m in found.values() if m.kind == K_END and not (m.line_start or m.after_call)},
                       key=len, reverse=True)
-        self.end_texts = tuple(ends)
-        self.ends = re.compile("|".join(map(re.escape, ends)))
+        self.end_texts = tuple(ends)  # longest first, so that the pattern takes the longest
+        self.ends = re.compile("|".join(map(re.escape, self.end_texts)))
         self.end_first = re.compile("[" + re.escape("".join(sorted({e[0] for e in ends}))) + "]")
         # where one may begin: its first two characters, or its first at the end of the text
         near = {re.escape(e[:2]) for e in ends} | {re.escape(e[0]) + r"\Z" for e in ends}

@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from typing import Mapping
 from importlib.resources import files
 from pathlib import Path
 
 import jinja2
 
 from ..dialects import DEFAULT_DIALECT, Dialect
-from .render import PRELUDE_END, compile_template, environment, prelude
+from .render import PRELUDE_END, baked, compile_template, environment, prelude
 from ..memo import Memo
+from ..options import env_name
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,23 @@ def wrap(stock: str, *, dialect: str = DEFAULT_DIALECT, example: bool = True,
     if system_role is None:
         system_role = supports_system_role(stock)
     return prelude(dialect, system_role=system_role, example=example) + stock
+
+
+DIALECT_ENV = env_name("tb_dialect")
+
+
+def served_dialect(template: str | None, env: Mapping[str, str] = os.environ) -> str | None:
+    """The dialect a server of `template` must parse by default: the one a wrapped template was made
+    with (its prelude asks the model for it), None for a template toolbridge did not wrap. A
+    TOOLBRIDGE_DIALECT setting that names another is refused (ValueError): the prompt would ask for
+    one format and the constraint and the stops follow another."""
+    made = (baked(template) or {}).get("dialect")
+    setting = env.get(DIALECT_ENV)
+    if made and setting and setting != made:
+        raise ValueError(f"the chat template was wrapped for the {made!r} dialect (its prelude asks the model "
+                         f"for it), but {DIALECT_ENV}={setting}: unset {DIALECT_ENV}, or wrap the template again "
+                         f"with --dialect {setting}")
+    return made
 
 
 def generate(family: Family) -> str:

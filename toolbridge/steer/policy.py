@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The word checks' amounts, measured on Qwen2.5-Coder-0.5B (docs/measurements.md): a question
+# The word checks' amounts, chosen on BFCL's live questions (docs/measurements.md): a question
 # whose words meet no tool's; a tool the question names still uncalled after the first call; two or
 # more named tools, each called.
 UNRELATED, AGAIN, ENOUGH = -8.0, 3.5, -5.0
