@@ -134,7 +134,7 @@ def main() -> None:
     options = json.loads(args.options)
     dialect = options.get("tb_dialect") or "tags"
     encode = lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
-    starts = list(Steering.for_dialect(get_dialect(dialect), 1.0, encode).starts)
+    starts = list(Steering.for_dialect(get_dialect(dialect), encode, start_bias=1.0).starts)
     ends = [t for t in range(llama.n_vocab()) if is_end_of_generation(llama, t)]
     rec = Recorder(starts, ends, vocab.texts, dialect)
     generate.write = rec.write(generate.write)

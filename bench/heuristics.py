@@ -16,7 +16,7 @@ figures are the base run's verdicts with those cases' verdicts replaced:
 
 Which cases can change, per rule, from the plans toolbridge makes for base and flipped options
 (toolbridge.request.prepare, the same code the servers run):
-- the answer-start bias (`steer_bias`) or the named tools (`asked`) differ;
+- the answer-start bias (`decisions.start_bias`) or the named tools (`decisions.asked`) differ;
 - the grammar differs (a tool whose arguments get a stated format);
 - the made-up-value check: on in the base, only a base answer without a call can have been changed
   by it (it only ever answers again without a call); off in the base, only an answer whose first
@@ -87,10 +87,11 @@ def changes(case: dict, result: object, base: dict, flipped: dict, tool_trained:
     written = calls(result)
     names = {t.name.replace(".", "_"): t.name for t in a.tools}
     called = [names.get(n.replace(".", "_"), n) for n, _ in written]
-    if (a.steer_bias, a.next_bias, a.policy.close) != (b.steer_bias, b.next_bias, b.policy.close):
+    moved = ("start_bias", "next_bias", "close_bias")
+    if any(getattr(a.decisions, k) != getattr(b.decisions, k) for k in moved):
         return True
-    if a.asked != b.asked and called:
-        for asked in (a.asked, b.asked):
+    if a.decisions.asked != b.decisions.asked and called:
+        for asked in (a.decisions.asked, b.decisions.asked):
             if asked - {called[0]} or len(asked) > 1:
                 return True
     for e, f in zip(a.entries, b.entries):

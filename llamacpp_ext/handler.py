@@ -129,7 +129,7 @@ def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | N
     """The grammar the whole answer is generated under (none for auto: see `entries`)."""
     if req.mode == STRICT:
         return tool_grammar(llama, req.toolset, req.dialect, req.choice,
-                            parallel=req.parallel and req.choice.mode == "required", formats=req.policy.formats)
+                            parallel=req.parallel and req.choice.mode == "required", formats=req.decisions.formats)
     return user if req.mode != LAZY else None
 
 

@@ -102,7 +102,7 @@ class Reference:
 
 
 def steering(bias=5.0):
-    return Steering.for_dialect(get_dialect("tags"), bias, ENCODE, TOOLS)
+    return Steering.for_dialect(get_dialect("tags"), ENCODE, TOOLS, start_bias=bias)
 
 
 def args(kind, close=0.0):
@@ -310,18 +310,18 @@ def test_the_top_token_is_read_once_a_step_for_the_rows_that_decide(where):
 
 
 FORGED = [
-    {ARG: {"steering": {"bias": 1, "call": ["x"]}}},
-    {ARG: {"steering": {"bias": "much", "call": [1]}}},
-    {ARG: {"steering": {"bias": 1, "call": [1], "names": 7}}},
-    {ARG: {"steering": {"bias": 1, "call": [1], "next": 2**2000}}},
+    {ARG: {"steering": {"start_bias": 1, "call": ["x"]}}},
+    {ARG: {"steering": {"start_bias": "much", "call": [1]}}},
+    {ARG: {"steering": {"start_bias": 1, "call": [1], "names": 7}}},
+    {ARG: {"steering": {"start_bias": 1, "call": [1], "next_bias": 2**2000}}},
     {ARG: {"guard": {"starts": 3}}},
     {ARG: {"guard": {"starts": [], "close": ["y", "z"]}}},
     {ARG: {"guard": {"starts": [], "close": [1, [2]]}}},
     {ARG: ["x", 3]},
     {ARG: {"steering": 7, "guard": "x"}},
-    {ARG: {"steering": {"bias": 1, "call": [10**9, -3], "starts": [10**9, -1, 2**70], "result": [-5],
+    {ARG: {"steering": {"start_bias": 1, "call": [10**9, -3], "starts": [10**9, -1, 2**70], "result": [-5],
                         "names": [[[-1]], [[-1, 10**9]]]}}},
-    {ARG: {"steering": {"bias": 2, "call": [1], "names": [[[5]], [[5, 10**9], [5, -2]]]}}},
+    {ARG: {"steering": {"start_bias": 2, "call": [1], "names": [[[5]], [[5, 10**9], [5, -2]]]}}},
 ]
 
 
@@ -347,7 +347,7 @@ def test_right_after_the_first_call_another_call_start_is_favoured():
     first call (and its closing markup), nothing after its second."""
     p, out = processor(), []
     lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED)
-    a = to_args(Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0), lazy)
+    a = to_args(Steering.for_dialect(get_dialect("tags"), ENCODE, TOOLS, start_bias=5.0, next_bias=7.0), lazy)
     p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=a), None, out)], []))
 
     def favoured():
@@ -371,7 +371,7 @@ def test_after_a_repeated_call_nothing_may_open_another():
     token that opens an object or a code fence is banned in the batch processor."""
     p, out = processor(), []
     lazy = CallGuard(call_starts(get_dialect("tags")), REQUIRED)
-    s = Steering.for_dialect(get_dialect("tags"), 5.0, ENCODE, TOOLS, next_bias=7.0)
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, TOOLS, start_bias=5.0, next_bias=7.0)
     p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=to_args(s, lazy)), None, out)], []))
 
     def banned():
@@ -420,7 +420,7 @@ def test_a_change_on_a_closing_token_adds_up_as_on_the_host(top):
     repeated call, forged onto the enders) gets both in one add on the device, as on the host."""
     ban = [ID['"}}'], ID['"}'], ID["}}"]]
     forged = {ARG: {"guard": CallGuard([], REQUIRED, 5.5).pack(),
-                    "steering": {"bias": 0, "next": 1.0, "call": [ID["<tool_call>"]], "opens": ban}}}
+                    "steering": {"start_bias": 0, "next_bias": 1.0, "call": [ID["<tool_call>"]], "opens": ban}}}
     call = '{"name": "get_time", "arguments": {}}'
     got = []
     for on_host in (True, False):

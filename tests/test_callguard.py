@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from toolbridge.steer.args import ARG, from_args, to_args
 from toolbridge.steer.callguard import MIN_RUN, CallGuard, closers, enders, loops
-from toolbridge.options import default
+from test_options import default
 from toolbridge.request import prepare
 
 ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per character
@@ -132,11 +132,11 @@ def test_the_reader_never_raises_on_model_text(text, top):
 
 
 @pytest.mark.parametrize("args", [
-    {ARG: {"steering": {"bias": 1, "call": ["x"]}}},
-    {ARG: {"steering": {"bias": "much", "call": [1]}}},
-    {ARG: {"steering": {"bias": 1, "call": [1], "names": 7}}},
-    {ARG: {"steering": {"bias": 1, "call": [1], "names": ["ab", "cd"]}}},
-    {ARG: {"steering": {"bias": 1, "call": [1], "next": 2 ** 2000}}},  # too large for a float
+    {ARG: {"steering": {"start_bias": 1, "call": ["x"]}}},
+    {ARG: {"steering": {"start_bias": "much", "call": [1]}}},
+    {ARG: {"steering": {"start_bias": 1, "call": [1], "names": 7}}},
+    {ARG: {"steering": {"start_bias": 1, "call": [1], "names": ["ab", "cd"]}}},
+    {ARG: {"steering": {"start_bias": 1, "call": [1], "next_bias": 2 ** 2000}}},  # too large for a float
     {ARG: {"guard": {"starts": 3}}},
     {ARG: {"guard": {"starts": [], "close": ["y", "z"]}}},
     {ARG: {"guard": {"starts": [], "close": [1, [2]]}}},

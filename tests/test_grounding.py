@@ -147,7 +147,7 @@ def test_the_plan_checks_an_auto_answers_values_where_the_word_checks_say():
     assert not prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_WORD_CHECKS": "unrelated,asked"}).grounded
     assert prepare(tools=TOOLS, messages=user("x"), env={"TOOLBRIDGE_WORD_CHECKS": "true"}).grounded
     for tool_trained in (False, True):
-        checks = resolve({}, {}, tool_trained).policy.words
+        checks = resolve({}, {}, tool_trained).policy.word_checks
         assert prepare(tools=TOOLS, messages=user("x"), tool_trained=tool_trained, env={}).grounded is (
             "grounded" in checks)
 
@@ -155,7 +155,7 @@ def test_the_plan_checks_an_auto_answers_values_where_the_word_checks_say():
 @pytest.mark.parametrize("value, expected", [(True, True), ("on", True), (1, True), ("0", False), ("false", False),
                                              ("grounded", True), (["unrelated"], False), ("asked, grounded", True)])
 def test_the_option_reads_true_false_and_names(value, expected):
-    assert resolve({"tb_word_checks": value}, {}).policy.grounded is expected
+    assert resolve({"tb_word_checks": value}, {}).policy.word_checks.__contains__("grounded") is expected
 
 
 def test_a_bad_option_value_is_a_bad_request():

@@ -88,7 +88,7 @@ def test_the_guard_asks_for_the_top_token_exactly_when_it_says_it_wants_it(piece
 
 
 def test_token_changes_is_steering_then_guard():
-    s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["get_weather", "get_time"])
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, ["get_weather", "get_time"], start_bias=5)
     g = CallGuard([])
     g.feed('{"q": "' + "ab" * 30)
     assert token_changes(s, [], None, str, (9,), ()) == (s.changes([]), None)
@@ -104,7 +104,7 @@ def test_token_changes_is_steering_then_guard():
 
 
 def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
-    s = Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"], next_bias=7)
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, ["f"], start_bias=0, next_bias=7)
     g = CallGuard(STARTS)
     g.feed("<tool_call>\n")
     assert token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)  # in no call yet
@@ -119,12 +119,12 @@ def test_right_after_a_call_the_next_call_bias_favours_every_call_start():
     assert not g.between and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
     g.feed('{"name": "f", "arguments": {}}')  # after the second call the model decides alone
     assert g.between and g.calls == 2 and token_changes(s, ENCODE("x" * 40), g, str, (), ()) == ([], None)
-    off = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["f"])
+    off = Steering.for_dialect(get_dialect("tags"), ENCODE, ["f"], start_bias=5)
     assert token_changes(off, ENCODE("x" * 40), g, str, (), ()) == ([], None)  # no next-call bias: nothing
 
 
 def test_the_calls_bias_reads_the_names_of_the_calls_written():
-    s = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f", "g"], next_bias=7),
+    s = replace(Steering.for_dialect(get_dialect("tags"), ENCODE, ["f", "g"], start_bias=0, next_bias=7),
                 asked=frozenset({"f", "g"}), again=3, enough=-4)
     call = '<tool_call>\n{"name": "%s", "arguments": {}}\n</tool_call>\n'
     g = CallGuard(STARTS)
@@ -137,7 +137,7 @@ def test_the_calls_bias_reads_the_names_of_the_calls_written():
 
 
 def test_after_a_call_the_answer_already_held_no_call_may_start():
-    s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE, ["f"])  # no next-call bias
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, ["f"], start_bias=5)  # no next-call bias
     g = CallGuard(STARTS)
     call = '<tool_call>\n{"name": "f", "arguments": {"a": "x"}}\n</tool_call>\n'
     g.feed(call + call.replace('"x"', '"y"'))

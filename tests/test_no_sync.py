@@ -111,7 +111,7 @@ def test_the_argument_close(monkeypatch):
     call = '{"name": "get_time", "arguments": {}}'
     ban = ENCODE('"}}') + ENCODE('"}') + ENCODE("}}")
     banned = {ARG: {"guard": CallGuard([], REQUIRED, 5.5).pack(),
-                    "steering": {"bias": 0, "next": 1.0, "call": [1], "opens": ban}}}
+                    "steering": {"start_bias": 0, "next_bias": 1.0, "call": [1], "opens": ban}}}
     run([(args("required", 3.0), ANSWERS["close"]), (args("auto", 5.5), ANSWERS["late"]),
          (banned, call + call + '{"name": "search", "arguments": {"query": "cats", "n": 1}}')], seen)
     assert seen.deciding >= 40

@@ -3,26 +3,31 @@ import pytest
 
 from pathlib import Path
 
-from toolbridge.options import OPTIONS, PROFILES, check_environment, default, markdown_table, resolve
+from toolbridge.options import OPTIONS, PROFILES, check_environment, markdown_table, resolve
 from toolbridge.request import prepare
 
 
+
+def default(key: str, tool_trained: bool = False):
+    """An option's default for the profile, as the option table gives it."""
+    return next(o for o in OPTIONS if o.key == key).default_for(tool_trained)
+
 def test_resolve_order_kwargs_then_env_then_default():
-    assert resolve({}, env={}).dialect.name == "tags" and resolve({}, env={}).policy.start_after_user == default("tb_call_bias")
+    assert resolve({}, env={}).dialect.name == "tags" and resolve({}, env={}).policy.call_bias == default("tb_call_bias")
     env = {"TOOLBRIDGE_DIALECT": "json", "TOOLBRIDGE_CALL_BIAS": "2"}
-    assert (resolve({}, env=env).dialect.name, resolve({}, env=env).policy.start_after_user) == ("json", 2.0)
+    assert (resolve({}, env=env).dialect.name, resolve({}, env=env).policy.call_bias) == ("json", 2.0)
     got = resolve({"tb_dialect": "react", "tb_call_bias": 0}, env=env)
-    assert (got.dialect.name, got.policy.start_after_user) == ("react", 0.0)
+    assert (got.dialect.name, got.policy.call_bias) == ("react", 0.0)
 
 
 def test_a_tool_trained_model_gets_its_own_measured_defaults():
-    assert resolve({}, env={}, tool_trained=True).policy.start_after_user == default("tb_call_bias", True) < default(
+    assert resolve({}, env={}, tool_trained=True).policy.call_bias == default("tb_call_bias", True) < default(
         "tb_call_bias")
-    assert resolve({"tb_call_bias": 5}, env={}, tool_trained=True).policy.start_after_user == 5.0  # the user's wins
-    assert all(p.measured_on for p in PROFILES)
+    assert resolve({"tb_call_bias": 5}, env={}, tool_trained=True).policy.call_bias == 5.0  # the user's wins
+    assert PROFILES == ("no tool template", "tool-trained")
     req = prepare(tools=[{"type": "function", "function": {"name": "f"}}], messages=[{"role": "user", "content": "x"}],
                   tool_trained=True, env={})
-    assert req.steer and req.policy.start_after_user == default("tb_call_bias", True)
+    assert req.steer and req.policy.call_bias == default("tb_call_bias", True)
 
 
 @pytest.mark.parametrize("kwargs", [{"tb_dialect": "xml"}, {"tb_call_bias": "lots"}, {"tb_formats": "maybe"},
@@ -59,10 +64,10 @@ def test_the_next_call_bias_needs_an_answer_that_may_hold_several_calls():
     tools = [{"type": "function", "function": {"name": "f"}}]
     msgs = [{"role": "user", "content": "x"}]
     req = prepare(tools=tools, messages=msgs, template_kwargs={"tb_call_bias": 0, "tb_next_bias": 6}, env={})
-    assert req.steer and req.next_bias == 6.0  # steering on for the next call alone
-    assert prepare(tools=tools, messages=msgs, parallel_tool_calls=False, tool_trained=True, env={}).next_bias == 0.0
-    assert prepare(tools=tools, messages=msgs, tool_trained=True, env={}).next_bias == default("tb_next_bias", True)
-    assert resolve({}, env={"TOOLBRIDGE_NEXT_BIAS": "4"}).policy.next_call == 4.0
+    assert req.steer and req.decisions.next_bias == 6.0  # steering on for the next call alone
+    assert prepare(tools=tools, messages=msgs, parallel_tool_calls=False, tool_trained=True, env={}).decisions.next_bias == 0.0
+    assert prepare(tools=tools, messages=msgs, tool_trained=True, env={}).decisions.next_bias == default("tb_next_bias", True)
+    assert resolve({}, env={"TOOLBRIDGE_NEXT_BIAS": "4"}).policy.next_bias == 4.0
     off = prepare(tools=tools, messages=msgs, template_kwargs={"tb_call_bias": 0, "tb_next_bias": 0}, env={})
     assert not off.steer
 
@@ -84,8 +89,8 @@ def test_every_option_reads_its_key_then_its_environment_variable():
 def _read_back(options, key):
     p = options.policy
     return {"tb_dialect": options.dialect.name, "tb_example": options.example, "tb_system_role": options.system_role,
-            "tb_call_bias": p.start_after_user, "tb_result_bias": p.start_after_results, "tb_next_bias": p.next_call,
-            "tb_close_bias": p.close, "tb_end_after_calls": p.end_after_calls, "tb_word_checks": p.words,
+            "tb_call_bias": p.call_bias, "tb_result_bias": p.result_bias, "tb_next_bias": p.next_bias,
+            "tb_close_bias": p.close_bias, "tb_end_after_calls": p.end_after_calls, "tb_word_checks": p.word_checks,
             "tb_formats": p.formats}[key]
 
 

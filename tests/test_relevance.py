@@ -2,11 +2,13 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from toolbridge.options import default, resolve
+from toolbridge.options import resolve
 from toolbridge.steer.policy import AGAIN, ENOUGH, UNRELATED
 from toolbridge.steer.relevance import asked_for, own_words, tool_words, unrelated, user_words, words
 from toolbridge.request import check, prepare
 from toolbridge.tools import normalize_tools
+
+from test_options import default
 
 WEATHER = {"type": "function", "function": {
     "name": "get_current_weather", "description": "The weather now in a place.",
@@ -83,16 +85,16 @@ def test_a_question_no_tool_speaks_of_gets_the_unrelated_bias_on_its_call_starts
     assert check(tools=tools, messages=joke).unrelated and not check(tools=tools, messages=user("weather?")).unrelated
     on = {"tb_word_checks": "unrelated"}
     start = default("tb_call_bias", True)
-    assert prepare(tools=tools, messages=joke, template_kwargs=on, tool_trained=True, env={}).steer_bias == start + UNRELATED
+    assert prepare(tools=tools, messages=joke, template_kwargs=on, tool_trained=True, env={}).decisions.start_bias == start + UNRELATED
     assert prepare(tools=tools, messages=user("weather in Rome?"), template_kwargs=on, tool_trained=True,
-                   env={}).steer_bias == start
+                   env={}).decisions.start_bias == start
     for off in ({"tb_word_checks": False}, {"tb_word_checks": "asked,grounded"}):
-        assert prepare(tools=tools, messages=joke, template_kwargs=off, tool_trained=True, env={}).steer_bias == start
-    assert "unrelated" in resolve({}, env={"TOOLBRIDGE_WORD_CHECKS": "unrelated"}).policy.words
+        assert prepare(tools=tools, messages=joke, template_kwargs=off, tool_trained=True, env={}).decisions.start_bias == start
+    assert "unrelated" in resolve({}, env={"TOOLBRIDGE_WORD_CHECKS": "unrelated"}).policy.word_checks
     after_result = [*joke, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
         "name": "get_current_weather", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
     assert prepare(tools=tools, messages=after_result, template_kwargs=on, tool_trained=True,
-                   env={}).steer_bias == default("tb_result_bias", True)
+                   env={}).decisions.start_bias == default("tb_result_bias", True)
 
 
 FLIP = {"type": "function", "function": {"name": "flipImageAction", "description": "Flips the image.",
@@ -145,17 +147,17 @@ def test_the_plan_reads_the_tools_asked_for_only_where_the_steering_counts_calls
     on = {"tb_word_checks": "asked"}
     assert AGAIN > 0 > ENOUGH
     req = prepare(tools=tools, messages=both, template_kwargs=on, tool_trained=True, env={})
-    assert req.asked == {"flipImageAction", "rotateImageAction"} and req.next_bias == default("tb_next_bias", True)
-    assert (req.policy.again, req.policy.enough) == (AGAIN, ENOUGH)
+    assert req.decisions.asked == {"flipImageAction", "rotateImageAction"} and req.decisions.next_bias == default("tb_next_bias", True)
+    assert (req.decisions.again, req.decisions.enough) == (AGAIN, ENOUGH)
     assert prepare(tools=tools, messages=user("make the image nicer"), template_kwargs=on, tool_trained=True,
-                   env={}).asked == set()
+                   env={}).decisions.asked == set()
     assert prepare(tools=tools, messages=both, template_kwargs=on, tool_trained=True, env={},
-                   parallel_tool_calls=False).asked == set()
+                   parallel_tool_calls=False).decisions.asked == set()
     assert prepare(tools=tools, messages=both, template_kwargs=on, tool_trained=True, env={},
-                   tool_choice="required").asked == set()
+                   tool_choice="required").decisions.asked == set()
     assert prepare(tools=tools, messages=both, template_kwargs={"tb_word_checks": False}, tool_trained=True,
-                   env={}).asked == set()
-    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_WORD_CHECKS": "asked"}).asked
+                   env={}).decisions.asked == set()
+    assert prepare(tools=tools, messages=both, env={"TOOLBRIDGE_WORD_CHECKS": "asked"}).decisions.asked
     after_result = [*both, {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
         "name": "flipImageAction", "arguments": "{}"}}]}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
-    assert prepare(tools=tools, messages=after_result, template_kwargs=on, tool_trained=True, env={}).asked == set()
+    assert prepare(tools=tools, messages=after_result, template_kwargs=on, tool_trained=True, env={}).decisions.asked == set()

@@ -11,11 +11,11 @@ ENCODE = lambda text: [ord(c) for c in text]  # noqa: E731 - one token per chara
 
 
 def test_marker_tokens_are_the_whole_trigger_and_result_marker():
-    s = Steering.for_dialect(get_dialect("tags"), 5, ENCODE)
-    assert (s.call, s.result, s.bias) == (tuple(ENCODE("<tool_call>")), tuple(ENCODE("<tool_response>")), 5.0)
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, start_bias=5)
+    assert (s.call, s.result, s.start_bias) == (tuple(ENCODE("<tool_call>")), tuple(ENCODE("<tool_response>")), 5.0)
     assert s.starts == (ord("<"), ord("{"))  # the dialect's marker and a bare JSON call, both favoured
-    assert Steering.for_dialect(get_dialect("react"), 5, ENCODE).result == tuple(ENCODE("Observation"))
-    assert Steering.for_dialect(get_dialect("tags"), 5, ENCODE).horizon == len("<tool_response>")
+    assert Steering.for_dialect(get_dialect("react"), ENCODE, start_bias=5).result == tuple(ENCODE("Observation"))
+    assert Steering.for_dialect(get_dialect("tags"), ENCODE, start_bias=5).horizon == len("<tool_response>")
 
 
 def test_steering_favours_the_call_and_cuts_a_result_where_the_markers_part():
@@ -37,11 +37,11 @@ def test_a_space_led_start_is_favoured_too_when_the_vocabulary_merges_it():
                 return [token] + encode(text[len(piece):])
         return [ord(text[0])] + encode(text[1:]) if text else []
 
-    assert set(Steering.for_dialect(get_dialect("tags"), 5, encode).starts) == {7, 8, 9, 10}
+    assert set(Steering.for_dialect(get_dialect("tags"), encode, start_bias=5).starts) == {7, 8, 9, 10}
 
 
 def test_a_bare_json_call_at_the_answers_start_names_a_declared_tool():
-    s = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["get_weather", "get_time"])
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, ["get_weather", "get_time"], start_bias=3)
     opening = ENCODE('{"name": "')
     assert s.only([]) is None and s.only(opening[:3]) is None  # not yet a call's opening: free
     assert s.only(opening) == (ord("g"),)
@@ -57,7 +57,7 @@ def test_steering_travels_as_request_arguments():
     s = Steering((1, 2), (1, 3), 4.5)
     assert Steering.unpack(s.pack()) == s
     assert list(to_args(s, None)) == [ARG] and from_args(to_args(s, None)) == (s, None)
-    named = Steering.for_dialect(get_dialect("tags"), 3, ENCODE, ["f"])
+    named = Steering.for_dialect(get_dialect("tags"), ENCODE, ["f"], start_bias=3)
     assert Steering.unpack(named.pack()) == named
     assert Steering.unpack({}) is None and from_args({}) == from_args(None) == (None, None) and to_args(None, None) == {}
     assert Steering.unpack(Steering((1,), (), 0.0).pack()) is None  # a bias of 0 is off
@@ -73,16 +73,16 @@ def test_steering_only_answers_a_user_turn():
 
 
 def test_the_next_call_bias_travels_and_keeps_steering_on_without_a_start_bias():
-    s = Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"], next_bias=7)
+    s = Steering.for_dialect(get_dialect("tags"), ENCODE, ["f"], start_bias=0, next_bias=7)
     assert Steering.unpack(s.pack()) == s and s.changes([]) == []  # nothing at the start
     assert s.after_call(["f"]) == [(t, 7.0) for t in s.starts] and s.after_call(["f", "f"]) == []
-    assert Steering.for_dialect(get_dialect("tags"), 3, ENCODE).after_call(["f"]) == []
+    assert Steering.for_dialect(get_dialect("tags"), ENCODE, start_bias=3).after_call(["f"]) == []
     banned = [(t, BAN) for t in (*s.starts, ord("`"))]  # `{` is a call start's first token here
     assert s.after_call(["f"], repeated=True) == s.after_call(["f", "g", "f"], repeated=True) == banned
 
 
 def test_the_calls_bias_reads_which_asked_for_tools_are_called():
-    s = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f", "g", "h"], next_bias=7),
+    s = replace(Steering.for_dialect(get_dialect("tags"), ENCODE, ["f", "g", "h"], start_bias=0, next_bias=7),
                 asked=frozenset({"f", "g"}), again=3.5, enough=-5)
     assert s.after_call(["f"]) == [(t, 10.5) for t in s.starts]  # g is still asked for
     assert s.after_call(["h"]) == [(t, 10.5) for t in s.starts]
@@ -93,7 +93,7 @@ def test_the_calls_bias_reads_which_asked_for_tools_are_called():
     assert one.after_call(["f"]) == [(t, 7.0) for t in s.starts]  # nothing else asked for
     assert one.after_call(["f", "f"]) == []  # one tool asked for: several calls to it may be wanted
     assert Steering.unpack(s.pack()) == s and Steering.unpack(one.pack()) == one
-    alone = replace(Steering.for_dialect(get_dialect("tags"), 0, ENCODE, ["f"]), asked=frozenset({"g"}), again=2.0)
+    alone = replace(Steering.for_dialect(get_dialect("tags"), ENCODE, ["f"], start_bias=0), asked=frozenset({"g"}), again=2.0)
     assert Steering.unpack(alone.pack()) == alone and alone.after_call(["f"]) == [(t, 2.0) for t in alone.starts]
     assert Steering.unpack({**s.pack(), "again": "nonsense"}) is None
     assert from_args({ARG: {"steering": {**s.pack(), "again": "nonsense"}}}) == (None, None)
@@ -101,7 +101,7 @@ def test_the_calls_bias_reads_which_asked_for_tools_are_called():
 
 def test_a_bias_against_calls_also_holds_back_every_opener_a_call_may_follow():
     """A tool-trained model opens a call with ``` or `{` and a newline as well as with the marker."""
-    against = Steering.for_dialect(get_dialect("tags"), -5, ENCODE)
+    against = Steering.for_dialect(get_dialect("tags"), ENCODE, start_bias=-5)
     assert against.changes([]) == [(t, -5.0) for t in (*against.starts, ord("`"))]
-    toward = Steering.for_dialect(get_dialect("tags"), 5, ENCODE)
+    toward = Steering.for_dialect(get_dialect("tags"), ENCODE, start_bias=5)
     assert toward.changes([]) == [(t, 5.0) for t in toward.starts]  # a fence may be prose: not pushed

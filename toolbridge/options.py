@@ -4,8 +4,9 @@ variables, the resolution order and the README's options table all come from.
 An option is read from the request's chat-template kwargs (vLLM `chat_template_kwargs`; llama.cpp
 the model's `chat_template_kwargs`), else the environment (`TOOLBRIDGE_<NAME>`), else its default.
 A default that depends on the served model is given per profile (`PROFILES`): whether the model's
-own chat template renders tools (toolbridge.prompt.chat_templates.renders_tools), with the model each was
-measured on (docs/measurements.md). The steering options become one `Policy` (toolbridge.steer.steering.policy).
+own chat template renders tools (toolbridge.prompt.chat_templates.renders_tools); each profile's defaults
+were measured on one model (docs/measurements.md, "Defaults by kind of model"). The steering options
+become one `Policy` (toolbridge.steer.policy), field for option.
 """
 from __future__ import annotations
 
@@ -14,20 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .dialects import DEFAULT_DIALECT, Dialect, get_dialect
-from .steer.policy import Policy
+from .steer.policy import WORD_CHECKS, Policy
 
-WORD_CHECKS = ("unrelated", "asked", "grounded")  # toolbridge.steer.steering.words
-
-
-@dataclass(frozen=True)
-class Profile:
-    """A kind of served model, and the model its defaults were measured on."""
-
-    name: str
-    measured_on: str
-
-
-PROFILES = (Profile("no tool template", "SmolLM2-135M-Instruct"), Profile("tool-trained", "Qwen2.5-Coder-0.5B-Instruct"))
+PROFILES = ("no tool template", "tool-trained")  # the kinds of served model, in the defaults' order
 
 
 def env_name(key: str) -> str:
@@ -94,9 +84,8 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os
     for o in OPTIONS:
         value = kwargs[o.key] if o.key in kwargs else env.get(o.env)
         v[o.key] = _DEFAULTS[tool_trained][o.key] if value is None else _read(o, value)
-    policy = Policy(v["tb_call_bias"], v["tb_result_bias"], v["tb_next_bias"], v["tb_close_bias"],
-                    v["tb_end_after_calls"], v["tb_word_checks"], v["tb_formats"])
-    return Options(v["tb_dialect"], policy, v["tb_example"], v["tb_system_role"], v["tb_template"])
+    return Options(dialect=v["tb_dialect"], policy=Policy.from_options(v), example=v["tb_example"],
+                   system_role=v["tb_system_role"], template=v["tb_template"])
 
 
 def _defaults(tool_trained: bool) -> dict[str, Any]:
@@ -170,7 +159,7 @@ _DEFAULTS = (_defaults(False), _defaults(True))
 
 def markdown_table() -> str:
     """The README's options table, made from `OPTIONS`."""
-    rows = ["| key | environment | default (" + " / ".join(p.name for p in PROFILES) + ") | moves |", "|---|---|---|---|"]
+    rows = ["| key | environment | default (" + " / ".join(PROFILES) + ") | moves |", "|---|---|---|---|"]
     for o in OPTIONS:
         default = " / ".join(map(_shown, o.default)) if isinstance(o.default, tuple) else _shown(o.default)
         rows.append(f"| `{o.key}` | `{o.env}` | {default} | {o.moves} |")
@@ -185,8 +174,3 @@ def _shown(value: Any) -> str:
     if isinstance(value, float):
         return f"`{value:g}`"
     return f"`{value}`"
-
-
-def default(key: str, tool_trained: bool = False) -> Any:
-    """An option's default for the profile."""
-    return next(o for o in OPTIONS if o.key == key).default_for(tool_trained)

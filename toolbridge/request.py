@@ -36,7 +36,7 @@ from .constrain.grammar import Entry, call_starts, entries
 from .steer.callguard import CallGuard
 from .steer.ending import Follow, closes
 from .options import Options, resolve
-from .steer.policy import Policy
+from .steer.policy import Decisions, Policy
 from .parsing.answer import ParseResult, parse
 from .steer.grounding import conversation_marks, invented
 from .steer.relevance import asked_for, own_words, tool_words, unrelated, user_words
@@ -160,15 +160,14 @@ class ToolRequest:
     parallel: bool
     mode: str
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
-    steer_bias: float = 0.0  # the policy's bias at the answer's start (toolbridge.steer.policy.Policy.start)
-    asked: frozenset[str] = frozenset()  # the tools the question asks for by name, where the steering reads them
+    decisions: Decisions = Decisions()  # the policy's, for this answer (toolbridge.steer.policy.Policy.decide)
     checked: CheckedRequest | None = field(default=None, repr=False, compare=False)  # what `plan` read
 
     @property
     def grounded(self) -> bool:
         """An `auto` answer's first call must take its values from the conversation (the policy's
         `grounded` word check)."""
-        return self.mode == LAZY and self.policy.grounded and self.checked is not None
+        return self.decisions.grounded and self.checked is not None
 
     def invented(self, call: ToolCall) -> tuple[str, ...]:
         """The arguments of `call` whose values the conversation does not hold (toolbridge.steer.grounding);
@@ -185,12 +184,7 @@ class ToolRequest:
     @property
     def steer(self) -> bool:
         """The `auto` steering applies (toolbridge.steer.steering)."""
-        return self.mode == LAZY and (self.steer_bias != 0 or self.next_bias != 0 or bool(self.asked))
-
-    @property
-    def next_bias(self) -> float:
-        """The steering's bias toward another call right after one: where the answer may hold several."""
-        return self.policy.next_call if self.parallel else 0.0
+        return self.decisions.steers
 
     @property
     def policy(self) -> Policy:
@@ -221,17 +215,18 @@ class ToolRequest:
         set; other modes: none."""
         if self.mode != LAZY:
             return []
-        f = self.policy.formats
+        f = self.decisions.formats
         return self.toolset.memo(("entries", self.dialect.name, f), lambda: entries(self.tools, self.dialect, f))
 
     def steering(self, vocab: Vocabulary) -> Steering:
         """The `auto` steering in a vocabulary's ids (toolbridge.steer.steering), kept with the tool set."""
-        steering = self.toolset.memo(("steering", vocab.key, self.dialect.name, self.steer_bias, self.next_bias),
-                                     lambda: Steering.for_dialect(self.dialect, self.steer_bias, vocab.encode,
-                                                                  [t.name for t in self.tools], self.next_bias))
-        if not self.asked:
+        d = self.decisions
+        steering = self.toolset.memo(("steering", vocab.key, self.dialect.name, d.start_bias, d.next_bias),
+                                     lambda: Steering.for_dialect(self.dialect, vocab.encode, [t.name for t in self.tools],
+                                                                  start_bias=d.start_bias, next_bias=d.next_bias))
+        if not d.asked:
             return steering
-        return replace(steering, asked=self.asked, again=self.policy.again, enough=self.policy.enough)
+        return replace(steering, asked=d.asked, again=d.again, enough=d.enough)
 
     def call_guard(self) -> CallGuard | None:
         """A call guard for one answer (toolbridge.steer.callguard): read from the answer's start when the
@@ -239,26 +234,26 @@ class ToolRequest:
         if self.mode not in (STRICT, LAZY):
             return None
         required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
-        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required, self.policy.close,
-                         self.follow)
+        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required,
+                         close_bias=self.decisions.close_bias, follow=self.follow)
 
     @property
     def follow(self) -> Follow | None:
         """What may follow an `auto` answer's complete call (toolbridge.steer.ending): its closing markup,
         then another call's trigger where parallel calls are allowed, or the end; None where the
         answer is not ended after its calls (the option is off; strict answers end by their grammar)."""
-        if self.mode != LAZY or not self.policy.end_after_calls:
+        if not self.decisions.hold_after_calls:
             return None
         d = self.dialect
         return Follow(closes(d.close, d.calls_close), tuple(e.trigger for e in self.entries) if self.parallel else ())
 
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
         return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory,
-                            end_after_calls=self.policy.end_after_calls)
+                            end_after_calls=self.decisions.end_after_calls)
 
     def parse(self, text: str) -> ParseResult:
         return parse(text, self.tools, choice=self.choice, max_calls=self.max_calls,
-                     end_after_calls=self.policy.end_after_calls)
+                     end_after_calls=self.decisions.end_after_calls)
 
     def finish_reason(self, calls: Sequence[ToolCall], truncated: bool) -> str:
         """OpenAI's: `length` when cut off, `tool_calls` for calls under auto or required,
@@ -267,7 +262,7 @@ class ToolRequest:
         with `length`: the client sees what the model wrote and that it is incomplete, as OpenAI
         answers a cut-off call; an empty answer would say neither. Where the answer ends after its
         calls, a cut in the text after complete calls cut nothing the answer holds: `tool_calls`."""
-        if truncated and not (calls and calls[-1].complete and self.policy.end_after_calls):
+        if truncated and not (calls and calls[-1].complete and self.decisions.end_after_calls):
             return "length"
         return "tool_calls" if calls and self.choice.mode in ("auto", "required") else "stop"
 
@@ -312,12 +307,10 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
         stops += options.dialect.stop
     elif ts.tools:  # tool_choice none: the answer ends where the model would write call or result markup
         stops += plain_stops(options.dialect)
-    policy = options.policy
-    words = mode == LAZY and checked.after_user  # the word checks read user turns
-    steer_bias = policy.start(checked.after_user, words and "unrelated" in policy.words and checked.unrelated)
-    asked = checked.asked if words and checked.parallel and policy.asked else frozenset()
-    return ToolRequest(ts, choice, options, checked.parallel, mode, tuple(dict.fromkeys(s for s in stops if s)),
-                       steer_bias, asked, checked)
+    decisions = options.policy.decide(lazy=mode == LAZY, after_user=checked.after_user, parallel=checked.parallel,
+                                      question=checked)
+    return ToolRequest(toolset=ts, choice=choice, options=options, parallel=checked.parallel, mode=mode,
+                       stop=tuple(dict.fromkeys(s for s in stops if s)), decisions=decisions, checked=checked)
 
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,

@@ -72,7 +72,7 @@ def structural_tag(req: ToolRequest) -> str | None:
     constraint can be built (calls are then parsed unconstrained)."""
     def build(tools: Sequence[Tool], choice: ToolChoice) -> str | None:
         def spec(part: Sequence[Tool]) -> str:
-            return json.dumps(render(part, req.dialect, choice, req.parallel, req.policy.formats), ensure_ascii=False)
+            return json.dumps(render(part, req.dialect, choice, req.parallel, req.decisions.formats), ensure_ascii=False)
 
         if choice.mode == "named" or len(tools) < 2 * MIN_SLICE:
             whole = spec(tools)
@@ -81,7 +81,7 @@ def structural_tag(req: ToolRequest) -> str | None:
         slices = [spec(tools[i::n]) for i in range(n)]
         return spec(tools) if all(_POOL.map(compiles, slices)) else None
 
-    return req.toolset.memo(("vllm-structural-tag", req.dialect.name, req.choice, req.parallel, req.policy.formats),
+    return req.toolset.memo(("vllm-structural-tag", req.dialect.name, req.choice, req.parallel, req.decisions.formats),
                             lambda: constrain(req.tools, req.choice, build))
 
 

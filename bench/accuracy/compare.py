@@ -107,7 +107,7 @@ def marker_token(model: Model) -> int:
 
     vocab = llama_cpp.Llama(str(model.gguf()), vocab_only=True, verbose=False)
     encode = lambda t: vocab.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
-    return Steering.for_dialect(get_dialect(None), 1.0, encode).call[0]
+    return Steering.for_dialect(get_dialect(None), encode, start_bias=1.0).call[0]
 
 
 def setups(model: Model, hermes_template: Path | None, server_bias: float = 0) -> dict:

@@ -14,7 +14,7 @@ holds back every token that opens a JSON object or a code fence as well: a tool-
 its calls that way too (Qwen2.5-Coder-0.5B, held back from `<tool_call>` and `{"`, wrote ```` ``` ````).
 
 Parallel calls: right after an answer's first call, where a model either ends its turn or starts
-another call, every call start's first token gets the next-call bias (`next`; the guard of the call
+another call, every call start's first token gets the next-call bias (`next_bias`; the guard of the call
 tells when a call has just been written: toolbridge.steer.callguard.CallGuard.between). Only after the
 first call: after two, a model that means to go on does so by itself. A call that repeats an earlier
 one of the same answer (whitespace aside) ends the calls: no call start and no token that opens an
@@ -22,7 +22,8 @@ object or a code fence may follow it (a model that repeats goes on until max_tok
 
 With the `asked` word check, the tools the question names (toolbridge.steer.relevance.asked_for) move
 the same decision: right after the first call, one of them still uncalled adds `again`; after a later
-call, with two or more named and each called, the call starts get `enough`.
+call, with two or more named and each called, the call starts get `enough` (the policy's rule:
+toolbridge.steer.policy.after_call_bias).
 
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
 it as plain data (`pack` / `unpack`), within the request's one toolbridge argument (toolbridge.steer.args).
@@ -34,6 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..dialects import BARE_JSON, Dialect
 from ..constrain.grammar import call_starts
+from .policy import after_call_bias
 
 # A banned token's logit change: far below any logit, yet finite, so that where a grammar allows only
 # banned tokens the grammar's choice still stands. Qwen2.5-Coder-0.5B, its call starts banned after a
@@ -50,11 +52,11 @@ _OPENERS = ("{", "{\n", "{\n\n", "```", "```json", "```\n")
 class Steering:
     call: tuple[int, ...]  # the tokens the dialect's call marker starts with
     result: tuple[int, ...]  # the tokens a tool result starts with
-    bias: float
+    start_bias: float  # at the answer's first token, on every call start (toolbridge.steer.policy.Decisions)
     starts: tuple[int, ...] = ()  # the first tokens of every call start (default: call[0])
     heads: tuple[tuple[int, ...], ...] = ()  # a bare JSON call's opening: `{"name": "`, ` {"name": "`
     names: tuple[tuple[int, ...], ...] = ()  # ... followed by a declared tool's name and its quote
-    next: float = 0.0  # the bias on the call starts right after a call (another call), 0: none
+    next_bias: float = 0.0  # the bias on the call starts right after a call (another call), 0: none
     opens: tuple[int, ...] = ()  # the first tokens of a JSON object or a code fence (banned after a repeat)
     asked: frozenset[str] = frozenset()  # the tools the question names by words only they have (toolbridge.steer.relevance)
     again: float = 0.0  # added to `next` when the first call leaves one of `asked` uncalled
@@ -65,8 +67,8 @@ class Steering:
             object.__setattr__(self, "starts", self.call[:1])
 
     @classmethod
-    def for_dialect(cls, dialect: Dialect, bias: float, encode: Callable[[str], list[int]],
-                    tools: Sequence[str] = (), next_bias: float = 0.0) -> "Steering":
+    def for_dialect(cls, dialect: Dialect, encode: Callable[[str], list[int]], tools: Sequence[str] = (), *,
+                    start_bias: float = 0.0, next_bias: float = 0.0) -> "Steering":
         """The steering for calls in `dialect` to the tools named, in a tokenizer's ids. Each
         call start counts as written at a line's start and after a space (` {"` is one token in
         many vocabularies)."""
@@ -86,10 +88,12 @@ class Steering:
             head = encode(opening)
             heads.append(tuple(head))
             names += [tuple(head + encode(name + '"')) for name in tools]
-        return cls(tuple(encode(dialect.grammar_trigger)),
-                   tuple(encode(dialect.result_marker)) if dialect.result_marker else (), float(bias),
-                   tuple(dict.fromkeys(firsts)), tuple(heads) if names else (), tuple(dict.fromkeys(names)),
-                   float(next_bias), tuple(dict.fromkeys(t for t in first_tokens(_OPENERS) if t not in firsts)))
+        return cls(call=tuple(encode(dialect.grammar_trigger)),
+                   result=tuple(encode(dialect.result_marker)) if dialect.result_marker else (),
+                   start_bias=float(start_bias), starts=tuple(dict.fromkeys(firsts)),
+                   heads=tuple(heads) if names else (), names=tuple(dict.fromkeys(names)),
+                   next_bias=float(next_bias),
+                   opens=tuple(dict.fromkeys(t for t in first_tokens(_OPENERS) if t not in firsts)))
 
     @property
     def openings(self) -> tuple[int, ...]:
@@ -102,7 +106,7 @@ class Steering:
     def firsts(self) -> tuple[int, ...]:
         """The first tokens the answer-start bias applies to: the call starts, or every opening
         where it is against a call."""
-        return self.starts if self.bias > 0 else self.openings
+        return self.starts if self.start_bias > 0 else self.openings
 
     @property
     def horizon(self) -> int:
@@ -130,7 +134,7 @@ class Steering:
         if n >= self.horizon:
             return []
         call, result = self.call, self.result
-        changes = [(t, self.bias) for t in self.firsts] if n == 0 and self.bias else []
+        changes = [(t, self.start_bias) for t in self.firsts] if n == 0 and self.start_bias else []
         if n < len(result) and tuple(output) == result[:n]:
             on_call_path = n < len(call) and tuple(output) == call[:n] and call[n] == result[n]
             if not on_call_path:
@@ -142,24 +146,20 @@ class Steering:
         order): anywhere after a call the answer already held (`repeated`), each call start's first
         token banned, and each token that opens a JSON object or a code fence (the model has started
         repeating itself and would go on until max_tokens); right after the first
-        (toolbridge.steer.callguard.CallGuard.between), each favoured by `next`, and by `again` more where
-        a tool the question asked for (`asked`) is not among `called`; after later ones, `enough`
-        where the question asked for two or more tools and each is called, else nothing (the model
-        goes on by itself or stops). A bias against a call holds back every opening, as at the
-        answer's start."""
+        (toolbridge.steer.callguard.CallGuard.between) and after later ones, the policy's bias
+        (toolbridge.steer.policy.after_call_bias). A bias against a call holds back every opening, as
+        at the answer's start."""
         if repeated:
             return [(t, BAN) for t in self.openings]
-        left = bool(self.asked.difference(called))
-        if len(called) == 1:
-            bias = self.next + (self.again if left else 0.0)
-        else:
-            bias = self.enough if len(self.asked) > 1 and not left else 0.0
+        bias = after_call_bias(called, next_bias=self.next_bias, asked=self.asked, again=self.again,
+                               enough=self.enough)
         return [(t, bias) for t in (self.starts if bias > 0 else self.openings)] if bias else []
 
     def pack(self) -> dict:
         """The steering as plain data (lists, numbers, strings), for `unpack`."""
-        data = {"bias": self.bias, "call": list(self.call), "result": list(self.result), "starts": list(self.starts),
-                "names": [list(self.heads), list(self.names)], "next": self.next, "opens": list(self.opens)}
+        data = {"start_bias": self.start_bias, "call": list(self.call), "result": list(self.result),
+                "starts": list(self.starts), "names": [list(self.heads), list(self.names)],
+                "next_bias": self.next_bias, "opens": list(self.opens)}
         if self.asked and (self.again or self.enough):
             data["again"] = [sorted(self.asked), self.again, self.enough]
         return data
@@ -171,16 +171,17 @@ class Steering:
         fail every request it is running)."""
         if not isinstance(data, Mapping):
             return None
-        call, bias, next_bias = data.get("call"), data.get("bias"), data.get("next")
-        if not call or not (bias or next_bias or data.get("again")):
+        call, start_bias, next_bias = data.get("call"), data.get("start_bias"), data.get("next_bias")
+        if not call or not (start_bias or next_bias or data.get("again")):
             return None
         try:
             heads, names = data.get("names") or ((), ())
             asked, again, enough = data.get("again") or ((), 0.0, 0.0)
-            return cls(tuple(int(t) for t in call), tuple(int(t) for t in data.get("result") or ()), float(bias or 0),
-                       tuple(int(t) for t in data.get("starts") or ()), _paths(heads), _paths(names),
-                       float(next_bias or 0), tuple(int(t) for t in data.get("opens") or ()),
-                       frozenset(str(n) for n in asked), float(again), float(enough))
+            return cls(call=tuple(int(t) for t in call), result=tuple(int(t) for t in data.get("result") or ()),
+                       start_bias=float(start_bias or 0), starts=tuple(int(t) for t in data.get("starts") or ()),
+                       heads=_paths(heads), names=_paths(names), next_bias=float(next_bias or 0),
+                       opens=tuple(int(t) for t in data.get("opens") or ()), asked=frozenset(str(n) for n in asked),
+                       again=float(again), enough=float(enough))
         except (TypeError, ValueError):
             return None
 
