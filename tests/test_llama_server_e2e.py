@@ -31,7 +31,7 @@ import sys
 import httpx
 import pytest
 
-from servers import ROOT, Server, free_port, llama_server_binary
+from servers import ROOT, Server, llama_server, smollm2_gguf
 from test_llamacpp_e2e import ask
 # the same text-answer checks as for python -m llamacpp_ext, collected here, so they run against
 # this module's `client` and `lt_bias` (stock llama-server)
@@ -41,7 +41,7 @@ from test_templates import CONVERSATION, FORGERY
 from test_templates import TOOLS as RENDER_TOOLS
 from toolsets import READ, SEARCH, WEATHER
 
-pytestmark = pytest.mark.llamaserver
+pytestmark = [pytest.mark.e2e, pytest.mark.llamaserver]
 
 TOOLS = [WEATHER, SEARCH, READ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -72,17 +72,12 @@ RENDER_CASES = {
 }
 
 
-def gguf() -> str:
-    from toolbridge.serving.models import gguf_path
-
-    return str(gguf_path())
+gguf = smollm2_gguf
 
 
 def start(template: str, threads: int = 1, extra: tuple = ()) -> Server:
-    port = free_port()
-    argv = [llama_server_binary(), "-m", gguf(), "--jinja", "--chat-template-file", template, "--host", "127.0.0.1",
-            "--port", str(port), "-c", "8192", "-t", str(threads), "-tb", str(threads), "--no-webui", *extra]
-    return Server(argv, port, ready_path="/health", timeout=120).start()
+    """Stock llama-server on SmolLM2 with `template` (as the shared `llama_server_chatml`, tests/servers.py)."""
+    return llama_server(gguf(), template, *extra, threads=threads).start()
 
 
 def apply_template(server: Server, messages: list, tools: list | None) -> str:
@@ -125,10 +120,9 @@ def test_prompt_is_byte_for_byte_the_jinja2_prompt(family, tmp_path_factory):
 # -- tool calls from stock llama-server with the packaged ChatML template ----------------------------
 
 @pytest.fixture(scope="module")
-def server():
-    s = start(str(ROOT / "templates" / "chatml.jinja"))
-    yield s
-    s.stop()
+def server(llama_server_chatml):
+    """The session's shared llama-server with the packaged ChatML template (tests/servers.py)."""
+    return llama_server_chatml
 
 
 @pytest.fixture(scope="module")

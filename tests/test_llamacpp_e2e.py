@@ -22,22 +22,19 @@ import hostile
 from servers import PYTHON, Server, check_load, free_port, require
 from toolsets import READ, SEARCH, WEATHER, bench_question
 
-pytestmark = pytest.mark.llamacpp
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp]
 
 TOOLS = [WEATHER, SEARCH, READ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 PARIS = [{"role": "user", "content": "What is the weather in Paris?"}]
-COMMON_FLAGS = ["--n_ctx", "8192", "--n_threads", "1", "--n_threads_batch", "1", "--verbose", "false"]
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(llamacpp_smollm2):
+    """The session's shared `python -m llamacpp_ext` (tests/servers.py, LLAMACPP_SMOL_FLAGS): no --model
+    and no --chat_format, so the embedded default model and the toolbridge handler."""
     require("llama_cpp")
-    port = free_port()
-    # no --model and no --chat_format: the embedded default model and the toolbridge handler
-    with Server([PYTHON, "-m", "llamacpp_ext", "--host", "127.0.0.1", "--port", str(port), *COMMON_FLAGS],
-                port, timeout=300) as s:
-        yield s
+    return llamacpp_smollm2
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from servers import ROOT, Server, free_port, require
+from servers import POOL, ROOT, Server, free_port, require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 # vLLM's CPU build and its torch pin; the torchvision/torchaudio/torchcodec it pulls do not
 # match that torch and break `import vllm.tool_parsers` (nothing on the text path needs them).
@@ -34,10 +35,9 @@ def run(argv: list, timeout: float = 900, **kw) -> subprocess.CompletedProcess:
     return r
 
 
-@pytest.fixture(scope="module")
-def dists(tmp_path_factory) -> dict[str, Path]:
+def build_dists() -> dict[str, Path]:
     """The sdist, and the wheel built from it (python -m build builds the wheel from the sdist)."""
-    out = tmp_path_factory.mktemp("dist")
+    out = Path(tempfile.mkdtemp(prefix="toolbridge-dist-"))
     r = run([sys.executable, "-m", "build", "--outdir", out, ROOT], timeout=600)
     assert "*****" not in r.stdout + r.stderr, r.stderr[-3000:]  # no setuptools warning box
     (sdist,) = out.glob("toolbridge-*.tar.gz")
@@ -45,20 +45,43 @@ def dists(tmp_path_factory) -> dict[str, Path]:
     return {"sdist": sdist, "wheel": wheel}
 
 
-@pytest.fixture(scope="module", params=["wheel", "sdist"])
-def venv(request, dists):
+def install(kind: str) -> tuple[Path, Path]:
     """A fresh environment with the built package (and its llamacpp extra) and vLLM installed."""
     require("vllm")
     require("llama_cpp")
-    with tempfile.TemporaryDirectory(prefix=f"toolbridge-{request.param}-") as d:
+    dists = POOL.get("package_dists")
+    d = tempfile.mkdtemp(prefix=f"toolbridge-{kind}-")
+    try:
         env_dir = Path(d) / "venv"
         run([sys.executable, "-m", "venv", env_dir])
         py = env_dir / "bin" / "python"
         # --no-compile: byte-compiling torch and vLLM is most of an install's time, and nothing here needs it
-        run([py, "-m", "pip", "install", "-q", "--no-compile", f"{dists[request.param]}[llamacpp]", LLAMA_CPP, *VLLM],
-            cwd=d)
+        run([py, "-m", "pip", "install", "-q", "--no-compile", f"{dists[kind]}[llamacpp]", LLAMA_CPP, *VLLM], cwd=d)
         run([py, "-m", "pip", "uninstall", "-q", "-y", *VLLM_BREAKERS], cwd=d)
-        yield py, Path(d)
+    except BaseException:
+        shutil.rmtree(d, ignore_errors=True)
+        raise
+    return py, Path(d)
+
+
+# Built and installed by the session's pool (tests/servers.py) in the background, while other modules run
+# (they hold no memory, so they do not wait for the servers ahead of them); removed after their last test.
+POOL.define("package_dists", build_dists, memory=False,
+            stop=lambda dists: shutil.rmtree(dists["sdist"].parent, ignore_errors=True))
+for _kind in ("wheel", "sdist"):
+    POOL.define(f"package_{_kind}", lambda kind=_kind: install(kind), memory=False,
+                stop=lambda venv: shutil.rmtree(venv[1], ignore_errors=True))
+SHARED_BY_PARAM = {"venv": {"wheel": "package_wheel", "sdist": "package_sdist"}}  # tests/conftest.py's plan
+
+
+@pytest.fixture(scope="module", params=["wheel", "sdist"])
+def venv(request):
+    """A fresh environment with the built package (and its llamacpp extra) and vLLM installed."""
+    require("vllm")
+    require("llama_cpp")
+    key = f"package_{request.param}"
+    yield POOL.get(key)
+    POOL.release(key)
 
 
 def outside(py: Path, cwd: Path, code: str) -> str:

@@ -36,57 +36,52 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from contextlib import contextmanager
 
 import pytest
 from jsonschema.validators import validator_for
 
-from servers import PYTHON, ROOT, Server, free_port, require, vllm_server
+from servers import ROOT, qwen_llamacpp, require
 from toolsets import bench_question
 
-pytestmark = [pytest.mark.llamacpp, pytest.mark.slow]
-# The word checks and formats these tests show at work, on whatever the defaults are (toolbridge.options).
-WORD_CHECKS = {"TOOLBRIDGE_WORD_CHECKS": "true", "TOOLBRIDGE_FORMATS": "true"}
+pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp, pytest.mark.slow]
+# WORD_CHECKS (tests/servers.py): the word checks and formats these tests show at work, on whatever the
+# defaults are (toolbridge.options): {"TOOLBRIDGE_WORD_CHECKS": "true", "TOOLBRIDGE_FORMATS": "true"}
 
 
-@pytest.fixture(scope="module")
-def vllm_client():
-    """vLLM's CPU build serving the same model (a Hugging Face copy of the GGUF, bfloat16) with the
-    packaged ChatML template: the steering runs in vLLM's batch logits processor, and toolbridge's
-    middleware answers again a first call with made-up values."""
-    require("vllm")
+# which pool server (tests/servers.py) a test with an `engine` parameter asks for (tests/conftest.py's plan)
+SHARED_BY_PARAM = {"engine": {"llamacpp": "qwen_llamacpp", "vllm": "qwen_vllm"}}
+
+
+def _client(server):
     import openai
 
-    sys.path.insert(0, str(ROOT / "bench"))
-    import qwen
-
-    with vllm_server(qwen.hf_copy(), "qwen", ROOT / "templates" / "chatml.jinja", "--enforce-eager",
-                     "--middleware", "vllm_plugin.middleware.RequestCheck", env=WORD_CHECKS) as s:
-        yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def client():
-    with llamacpp_client(WORD_CHECKS) as c:
-        yield c
+def vllm_client(qwen_vllm):
+    """vLLM's CPU build serving the same model (a Hugging Face copy of the GGUF, bfloat16) with the
+    packaged ChatML template: the steering runs in vLLM's batch logits processor, and toolbridge's
+    middleware answers again a first call with made-up values (the session's `qwen_vllm`: --enforce-eager,
+    --middleware vllm_plugin.middleware.RequestCheck, WORD_CHECKS)."""
+    require("vllm")
+    return _client(qwen_vllm)
+
+
+@pytest.fixture(scope="module")
+def client(qwen_llamacpp):
+    """`python -m llamacpp_ext` on the GGUF with WORD_CHECKS (the session's `qwen_llamacpp`)."""
+    require("llama_cpp")
+    return _client(qwen_llamacpp)
 
 
 @contextmanager
 def llamacpp_client(env: dict | None = None):
     """`python -m llamacpp_ext` serving the GGUF with nothing else given (`env`: toolbridge's options
-    by environment variable, as llama.cpp takes them per model)."""
-    require("llama_cpp")
-    import openai
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    import qwen
-
-    port = free_port()
-    argv = [PYTHON, "-m", "llamacpp_ext", "--model", str(qwen.gguf_path()), "--host", "127.0.0.1", "--port", str(port),
-            "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2", "--verbose", "false"]
-    with Server(argv, port, env={**WORD_CHECKS, **(env or {})}, timeout=600) as s:
-        yield openai.OpenAI(base_url=s.base_url, api_key="unused", max_retries=0, timeout=300)
+    by environment variable, as llama.cpp takes them per model, over WORD_CHECKS)."""
+    with qwen_llamacpp(env) as s:
+        yield _client(s)
 
 
 def answer(client, qid: str, tool_choice: str, stream: bool, **extra) -> tuple[str, list[tuple[str, dict]], str, list]:

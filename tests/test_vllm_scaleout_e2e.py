@@ -13,8 +13,10 @@ calls constrained (required and named always a schema-valid call of the right to
 steering and the call guard (vllm_xargs -> SamplingParams.extra_args) reaching the engine's logits
 processor, the model's markup never in content.
 
-The machine has 2 cores: one deployment runs at a time. Tests are grouped by mode, in file order,
-and `deployments` stops a mode's servers before it starts the next mode's.
+Each mode is one deployment of the session's pool (tests/servers.py: `scaleout_api2`, `scaleout_dp2`,
+`scaleout_split`). Tests are grouped by mode, in file order; the pool starts a mode's deployment in the
+background while the tests before it run, and stops each after its last test. A mode that failed to
+start fails its other tests at once (no second start).
 """
 from __future__ import annotations
 
@@ -27,18 +29,10 @@ import jsonschema
 import psutil
 import pytest
 
-from servers import ROOT, Server, ServedBy, check_load, free_port, require, with_tests_path, vllm_cli
+from servers import Server, ServedBy, check_load, require
 from toolsets import SEARCH, WEATHER, bench_question
 
-pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-MODEL_FLAGS = ["--served-model-name", "smollm2", "--host", "127.0.0.1", "--max-model-len", "8192",
-               "--dtype", "bfloat16"]
-# what tests/test_vllm_e2e.py's server runs with
-TOOLBRIDGE_FLAGS = ["--enable-auto-tool-choice", "--tool-call-parser", "toolbridge",
-                    "--middleware", "vllm_plugin.middleware.RequestCheck",
-                    "--chat-template", str(ROOT / "templates" / "chatml.jinja")]
-ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm, pytest.mark.slow]
 
 TOOLS = [WEATHER, SEARCH]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -65,90 +59,30 @@ CELLS = {
 CLOSE_QID = "c13"
 
 
-# -- deployments: one at a time -----------------------------------------------------------------
-
-class Deployments:
-    """The running mode's servers; asking for another mode stops them first. A mode that failed
-    to start fails its other tests at once (no second start)."""
-
-    def __init__(self):
-        self.name: str | None = None
-        self.servers: list[Server] = []
-        self.failed: dict[str, str] = {}
-
-    def get(self, name: str, start) -> list[Server]:
-        if name in self.failed:
-            pytest.fail(f"{name} did not start:\n{self.failed[name]}")
-        if self.name != name:
-            self.stop()
-            self.name = name
-            try:
-                start(self.servers)
-            except Exception as e:
-                self.failed[name] = str(e)[-6000:]
-                self.stop()
-                raise
-        return self.servers
-
-    def stop(self) -> None:
-        for s in reversed(self.servers):
-            s.stop()
-        self.servers, self.name = [], None
-
-
-@pytest.fixture(scope="module")
-def deployments():
-    require("vllm")
-    d = Deployments()
-    yield d
-    d.stop()
-
-
-@pytest.fixture(scope="module")
-def model():
-    require("vllm")
-    from toolbridge.serving.models import hf_copy
-
-    return str(hf_copy())
-
-
-def _serve(servers: list, *args: str, extra_env: dict | None = None, timeout: float = 900) -> Server:
-    port = free_port()
-    s = with_tests_path(Server(vllm_cli(*args, "--port", str(port)), port, ready_path="/health",
-                             env={**ENV, **(extra_env or {})}, timeout=timeout))
-    servers.append(s)  # stopped by Deployments even when it fails to start
-    return s.start()
-
-
-def start_api2(model: str):
-    return lambda servers: _serve(servers, "serve", model, *MODEL_FLAGS, *TOOLBRIDGE_FLAGS,
-                                  "--middleware", "servers.ServedBy", "--api-server-count", "2")
-
+# -- deployments: the session's pool (tests/servers.py) ---------------------------------------------
+# every mode runs SmolLM2 (MODEL_FLAGS there) with test_vllm_e2e's flags (TOOLBRIDGE_FLAGS there)
 
 @pytest.fixture
-def api2(deployments, model):
+def api2(scaleout_api2):
     """`vllm serve --api-server-count 2` with test_vllm_e2e's flags (plus a header naming the process)."""
-    return deployments.get("api2", start_api2(model))[0]
+    require("vllm")
+    return scaleout_api2.servers[0]
 
 
 @pytest.fixture
-def dp2(deployments, model):
+def dp2(scaleout_dp2):
     """`vllm serve --data-parallel-size 2` (two engines; vLLM then starts two API servers too)."""
-    return deployments.get("dp2", lambda servers: _serve(
-        servers, "serve", model, *MODEL_FLAGS, *TOOLBRIDGE_FLAGS, "--middleware", "servers.ServedBy",
-        "--data-parallel-size", "2"))[0]
+    require("vllm")
+    return scaleout_dp2.servers[0]
 
 
 @pytest.fixture
-def split(deployments, model):
+def split(scaleout_split):
     """(render, generate): `vllm launch render` with toolbridge's flags, and a generate service
     `vllm serve --enable-scale-out` that needs none of them (the logits processor loads through its
     entry point)."""
-    def start(servers):
-        _serve(servers, "launch", "render", model, *MODEL_FLAGS, *TOOLBRIDGE_FLAGS)
-        _serve(servers, "serve", model, *MODEL_FLAGS, "--enable-scale-out")
-
-    render, generate = deployments.get("split", start)
+    require("vllm")
+    render, generate = scaleout_split.servers
     return render, generate
 
 
@@ -362,8 +296,8 @@ from agent_apis import (test_messages_result_turn, test_messages_tool_choice,  #
 
 
 @pytest.fixture(scope="module")
-def api_root(deployments, model):
-    return f"http://127.0.0.1:{deployments.get('api2', start_api2(model))[0].port}"
+def api_root(scaleout_api2):
+    return f"http://127.0.0.1:{scaleout_api2.servers[0].port}"
 
 
 @pytest.fixture(scope="module")
