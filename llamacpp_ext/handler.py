@@ -20,9 +20,10 @@ from llama_cpp import LlamaGrammar
 
 from toolbridge import BadRequest
 from toolbridge.deltas import delta, message
-from toolbridge.events import CallEnd, Content, Event, ToolCall
+from toolbridge.events import CallEnd, Event, ToolCall
 from toolbridge.constrain.grammar import Entry
 from toolbridge.parsing.answer import collect
+from toolbridge.parsing.thinking import PlainText, ThinkingSplit
 from toolbridge.request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, check, plan
 
 from . import prompt
@@ -204,11 +205,9 @@ class Answer:
         yield from s.phase()
 
     def _event_batches(self) -> Iterator[list[Event]]:
-        if self.req.mode == PLAIN:
-            for text in self._texts():
-                yield [Content(text)]
-            return
-        parser = self.req.parser()
+        # a thinking block the model opens itself is its reasoning (one its template's generation prompt
+        # opens is not read as one yet: the steering and the triggers still count from the first token)
+        parser = ThinkingSplit(PlainText() if self.req.mode == PLAIN else self.req.parser())
         for text in self._texts():
             yield parser.feed(text)
         yield parser.finish()
@@ -225,7 +224,7 @@ class Answer:
         result = collect(e for batch in self._event_batches() for e in batch)
         calls = result.calls
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
-                "choices": [{"index": 0, "message": message(result.content, calls), "logprobs": None,
+                "choices": [{"index": 0, "message": message(result.content, calls, result.reasoning), "logprobs": None,
                              "finish_reason": self.finish_reason(calls)}],
                 "usage": self.usage()}
 

@@ -1,4 +1,4 @@
-"""What the parser reports: content, and for each call its start, argument fragments and end.
+"""What the parser reports: thinking, content, and for each call its start, argument fragments and end.
 
 A server turns these into OpenAI deltas (toolbridge.deltas); `parse` folds them into one
 message. The fragments of a call concatenate to exactly its final arguments string.
@@ -32,6 +32,11 @@ class Content:
 
 
 @dataclass(slots=True)
+class Reasoning:
+    text: str  # the thinking before the answer (toolbridge.parsing.thinking): never content
+
+
+@dataclass(slots=True)
 class CallStart:
     index: int
     id: str
@@ -50,7 +55,7 @@ class CallEnd:
     call: ToolCall
 
 
-Event = Content | CallStart | CallArgs | CallEnd
+Event = Content | Reasoning | CallStart | CallArgs | CallEnd
 
 
 def merge(events: list[Event]) -> list[Event]:
@@ -62,6 +67,8 @@ def merge(events: list[Event]) -> list[Event]:
         last = merged[-1]
         if type(e) is Content and type(last) is Content:
             merged[-1] = Content(last.text + e.text)
+        elif type(e) is Reasoning and type(last) is Reasoning:
+            merged[-1] = Reasoning(last.text + e.text)
         elif type(e) is CallArgs and type(last) is CallArgs and e.index == last.index:
             merged[-1] = CallArgs(e.index, last.text + e.text)
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from ..deltas import REASONING_FIELD
 from ..errors import BadRequest
 from .fields import new_id, string_field
 
@@ -179,6 +180,8 @@ def message(completion: Mapping[str, Any], body: Mapping[str, Any]) -> dict:
     choice = completion["choices"][0]
     msg = choice.get("message") or {}
     content: list[dict] = []
+    if msg.get(REASONING_FIELD):
+        content.append({"type": "thinking", "thinking": msg[REASONING_FIELD], "signature": ""})
     if msg.get("content"):
         content.append({"type": "text", "text": msg["content"]})
     for tc in msg.get("tool_calls") or ():
@@ -215,7 +218,7 @@ class MessageStream:
         self.id = new_id("msg")
         self.model: Any = body.get("model")
         self.index = -1  # the open block's index
-        self.block: str | None = None  # "text" or "tool_use"
+        self.block: str | None = None  # "thinking", "text" or "tool_use"
         self.calls: dict[int, int] = {}  # chat tool-call index -> block index
         self.called = False
         self.finish: str | None = None
@@ -237,6 +240,11 @@ class MessageStream:
             self.usage = chunk["usage"]
         for ch in chunk.get("choices") or ():
             d = ch.get("delta") or {}
+            if d.get(REASONING_FIELD):
+                if self.block != "thinking":
+                    events += self._open({"type": "thinking", "thinking": "", "signature": ""}, "thinking")
+                events.append({"type": "content_block_delta", "index": self.index,
+                               "delta": {"type": "thinking_delta", "thinking": d[REASONING_FIELD]}})
             if d.get("content"):
                 if self.block != "text":
                     events += self._open({"type": "text", "text": ""}, "text")

@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any, Mapping
 
+from ..deltas import REASONING_FIELD
 from ..errors import BadRequest
 from .fields import new_id, string_field
 
@@ -229,12 +230,20 @@ def response(completion: Mapping[str, Any], body: Mapping[str, Any], response_id
     msg = choice.get("message") or {}
     output = []
     names = call_names(body.get("tools"))
+    if msg.get(REASONING_FIELD):
+        output.append(reasoning_item(new_id("rs"), msg[REASONING_FIELD], "completed"))
     if msg.get("content"):
         output.append(message_item(new_id("msg"), msg["content"], "completed"))
     for tc in msg.get("tool_calls") or ():
         output.append(call_item(tc["id"], tc["function"]["name"], tc["function"]["arguments"], "completed", names))
     return response_object(body, response_id or new_id("resp"), completion.get("model"), output,
                      choice.get("finish_reason"), completion.get("usage"), completion.get("created"))
+
+
+def reasoning_item(item_id: str, text: str, status: str) -> dict:
+    """The model's thinking as a reasoning item (its text as `reasoning_text` content; no summary)."""
+    return {"id": item_id, "type": "reasoning", "status": status, "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}] if status == "completed" else []}
 
 
 def message_item(item_id: str, text: str, status: str) -> dict:
@@ -288,8 +297,8 @@ def _usage(usage: Any) -> dict | None:
     if not isinstance(usage, Mapping):
         return None
     i, o = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
-    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": o,
-            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o}
+    return {"input_tokens": i, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": o, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": i + o}
 
 
 def output_items(resp: Mapping[str, Any]) -> list[dict]:

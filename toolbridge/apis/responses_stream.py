@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .fields import new_id
-from .responses import call_item, call_names, custom_input, message_item, response_object
+from ..deltas import REASONING_FIELD
+from .responses import call_item, call_names, custom_input, message_item, reasoning_item, response_object
 
 
 class ResponseStream:
@@ -51,6 +52,8 @@ class ResponseStream:
             self.usage = chunk["usage"]
         for ch in chunk.get("choices") or ():
             d = ch.get("delta") or {}
+            if d.get(REASONING_FIELD):
+                events += self._reasoning(d[REASONING_FIELD])
             if d.get("content"):
                 events += self._text(d["content"])
             for tc in d.get("tool_calls") or ():
@@ -73,6 +76,19 @@ class ResponseStream:
         item["_text"] += text
         events.append(self._event("response.output_text.delta", item_id=item["id"], output_index=len(self.output) - 1,
                                   content_index=0, delta=text, logprobs=[]))
+        return events
+
+    def _reasoning(self, text: str) -> list[dict]:
+        events = []
+        if self.open is None or self.open["type"] != "reasoning":
+            events += self._close()
+            item = reasoning_item(new_id("rs"), "", "in_progress")
+            events += self._add(item)
+            item["_text"] = ""
+        item = self.open
+        item["_text"] += text
+        events.append(self._event("response.reasoning_text.delta", item_id=item["id"], output_index=len(self.output) - 1,
+                                  content_index=0, delta=text))
         return events
 
     def _call(self, tc: Mapping[str, Any]) -> list[dict]:
@@ -105,7 +121,12 @@ class ResponseStream:
             return []
         index = self.output.index(item)
         events = []
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            text = item.pop("_text")
+            events.append(self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                                      content_index=0, text=text))
+            item["content"] = [{"type": "reasoning_text", "text": text}]
+        elif item["type"] == "message":
             text = item.pop("_text")
             part = {"type": "output_text", "text": text, "annotations": []}
             events += [self._event("response.output_text.done", item_id=item["id"], output_index=index,

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
 from ..dialects import Dialect
-from ..events import CallEnd, Content, Event, ToolCall, new_call_id
+from ..events import CallEnd, Content, Event, Reasoning, ToolCall, new_call_id
 from .stream import StreamParser
 from ..tools import ToolChoice
 
@@ -14,18 +14,22 @@ from ..tools import ToolChoice
 class ParseResult:
     content: str | None  # None when the answer holds no content (only calls, or nothing)
     calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str | None = None  # the thinking before the answer, if any
 
 
 def collect(events: Iterable[Event]) -> ParseResult:
     """Fold parser events into a result (what a client does with a stream)."""
     text: list[str] = []
+    thought: list[str] = []
     calls: list[ToolCall] = []
     for e in events:
         if type(e) is Content:
             text.append(e.text)
         elif type(e) is CallEnd:
             calls.append(e.call)
-    return ParseResult("".join(text) or None, calls)
+        elif type(e) is Reasoning:
+            thought.append(e.text)
+    return ParseResult("".join(text) or None, calls, "".join(thought) or None)
 
 
 def parse(text: str, tools: Sequence[Any], *, choice: ToolChoice | None = None,
