@@ -3,6 +3,8 @@ whose servers the pool in tests/servers.py starts in the background meanwhile, s
 and stops after their last test.
 
 `pytest -m "not e2e"` is the fast set (README, "Set up")."""
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -15,7 +17,7 @@ TESTS = str(Path(__file__).resolve().parent)
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
-from servers import POOL, SPECS  # noqa: E402
+from servers import POOL, SPECS, stop_all  # noqa: E402
 
 # The end-to-end modules, in the order they run (after every other test): a module's servers start
 # while the modules before it run, so modules on llama.cpp (one thread) alternate with those on vLLM.
@@ -103,6 +105,18 @@ def pytest_runtest_teardown(item, nextitem):
     yield
     for key in _LAST.get(item.nodeid, []):
         POOL.release(key)
+
+
+def _terminated(signum, frame):
+    """Killed (a CI time limit): stop the servers, which run in sessions of their own, then die as asked."""
+    stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def pytest_configure(config):
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _terminated)
 
 
 def pytest_sessionfinish(session):
