@@ -13,8 +13,8 @@ import json
 import pytest
 
 from response_corpus import (CHATML, EDGES, EXPRESSIBLE, KNOWN_DIFFER, PARIS, Output, chatml, check_reasons, compare,
-                             exported, message_reads, recorded, recorded_outputs, renderings, report, tokenizer_model,
-                             toolbridge_reads)
+                             conversation, exported, message_reads, recorded, recorded_outputs, renderings, report,
+                             tokenizer_model, toolbridge_reads)
 from toolsets import TOOLS
 
 from toolbridge.cli import main as cli
@@ -151,3 +151,23 @@ def test_recorded_answers(recorded_tokenizers):
     assert {d for d, _ in (k.split(":")[1:3] for k in by_id)} == set(EXPRESSIBLE)
     assert sorted(differ) == sorted(KNOWN_DIFFER), {k: differ.get(k) for k in set(differ) ^ set(KNOWN_DIFFER)}
     check_reasons(differ, 'transformers')
+
+
+@pytest.mark.slow
+def test_export_from_a_gguf(tmp_path):
+    """A GGUF's own tokenizer and chat template (SmolLM2's): the recorded follow-up answer in each
+    dialect reads as its call through the real tokenizer."""
+    from transformers import AutoTokenizer
+
+    from servers import smollm2_gguf
+
+    answers = {a["dialect"]: a["whole"] for a in recorded()["answers"]
+               if (a["model"], a["question"]) == ("smollm2", "w1")}
+    messages, tools = conversation("w1")
+    for dialect in ("tags", "json"):
+        out = tmp_path / dialect
+        assert cli(["templates", "export", smollm2_gguf(), "-o", str(out), "--dialect", dialect]) == 0
+        tok = AutoTokenizer.from_pretrained(out)
+        assert tok.response_template["start_anchor"] == "<|im_start|>assistant" and tok.eos_token == END
+        prefix = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+        assert message_reads(tok.parse_response(answers[dialect] + END, prefix=prefix, tools=tools)) == ("", PARIS)
