@@ -171,3 +171,17 @@ def test_export_from_a_gguf(tmp_path):
         assert tok.response_template["start_anchor"] == "<|im_start|>assistant" and tok.eos_token == END
         prefix = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
         assert message_reads(tok.parse_response(answers[dialect] + END, prefix=prefix, tools=tools)) == ("", PARIS)
+
+
+def test_a_template_that_thinks(tmp_path):
+    """A stock template whose generation prompt opens a thinking block: the response template has a
+    thinking region, and the answer's start is the assistant's header, so the block the prompt opened
+    is read as thinking."""
+    stock = CHATML.replace("'<|im_start|>assistant\\n'", "'<|im_start|>assistant\\n<think>\\n'")
+    tok = exported(tmp_path, stock, "tags")
+    assert tok.response_template["start_anchor"] == "<|im_start|>assistant"
+    assert tok.response_template["fields"]["thinking"] == {"open": "<think>", "close": "</think>", "content": "text"}
+    text = ('Paris, so get_weather.\n</think>\n\n'
+            '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+    got = tok.parse_response(text + END, prefix=prompt(tok), tools=TOOLS)
+    assert got["thinking"] == "Paris, so get_weather." and message_reads(got) == ("", PARIS)

@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 from ..dialects import Dialect, get_dialect
+from ..thinking import THINKING
 from .render import compile_template
 
 
@@ -32,7 +33,6 @@ WHY_NOT: dict[str, str] = {
              "labels, the made-up observation and the text after it would all come back as content",
 }
 
-THINK = ("<think>", "</think>")
 _NAME, _ARGS = "toolbridge_probe", {"toolbridge_arg": 1}
 _TEXT = "TOOLBRIDGE_PROBE_TEXT"
 
@@ -149,6 +149,8 @@ def turn_markers(chat_template: str, *, bos_token: str = "", eos_token: str = ""
     start = ask[len(told):] if ask.startswith(told) and len(ask) > len(told) else ask.rpartition(_TEXT)[2]
     if not start.strip():
         raise ValueError("the chat template writes nothing where the assistant's answer starts")
+    for thinking in THINKING.values():  # a thinking block the prompt opens is the answer's, not the header's
+        start = start.strip().removesuffix(thinking.open)
     start = start.strip().splitlines()[-1].strip()  # its last line: the assistant's header
     said = tpl.render(messages=[*user, {"role": "assistant", "content": _TEXT + "A"}],
                       add_generation_prompt=False, **tokens).rpartition(_TEXT + "A")[2]
@@ -163,8 +165,9 @@ def response_template(dialect: str | Dialect, chat_template: str, *, bos_token: 
     and the content, which ends at the turn's end markers."""
     start, ends = turn_markers(chat_template, bos_token=bos_token, eos_token=eos_token)
     fields: dict[str, dict] = {}
-    if THINK[0] in chat_template:
-        fields["thinking"] = {"open": THINK[0], "close": THINK[1], "content": "text"}
+    thinks = [t for t in THINKING.values() if t.open in chat_template]
+    if thinks:
+        fields["thinking"] = {"open": thinks[0].open, "close": thinks[0].close, "content": "text"}
     fields["tool_calls"] = tool_calls_field(dialect)
     fields["content"] = {"content": "text"}
     if ends:  # whitespace before the end marker would otherwise open an empty content region
