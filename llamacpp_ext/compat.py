@@ -251,3 +251,16 @@ def authorized(scope: dict) -> bool:
     auth = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1")
     scheme, _, token = auth.partition(" ")
     return scheme.lower() == "bearer" and token == settings.api_key
+
+
+def answer_as_written(app: Any, path: str = "/v1/chat/completions") -> None:
+    """The chat route's answer sent as the handler wrote it: the stock route validates it against
+    llama-cpp-python's response type, a TypedDict that drops the fields it does not know (the
+    thinking's `reasoning_content`, as llama-server names it). Streamed chunks are sent unvalidated
+    already."""
+    from fastapi.routing import APIRoute, request_response
+
+    for route in app.router.routes:
+        if isinstance(route, APIRoute) and route.path == path and route.response_field is not None:
+            route.response_field = None
+            route.app = request_response(route.get_route_handler())

@@ -143,8 +143,8 @@ class Sampler:
         return not math.isinf(one[0].logit)
 
 
-# How a phase ended.
-EOG, STOP, LENGTH, TRIGGER = "eog", "stop", "length", "trigger"
+# How a phase ended (LIMIT: the phase's own token limit).
+EOG, STOP, LENGTH, TRIGGER, LIMIT = "eog", "stop", "length", "trigger", "limit"
 
 
 class Session:
@@ -167,15 +167,17 @@ class Session:
         self.seed = seed if seed is not None else random.Random(base_seed(llama)).randint(0, 2**32)
         self.completion_tokens = 0
         self.text = ""  # all text kept so far
+        self.start = self.n_prompt  # where the answer starts: after the prompt, or after the thinking
+        self.text_start = 0  # the same, in `text`
         self.phases = 0
         self.ended = ""
         self.trigger: str | None = None  # the trigger the last phase ended at
 
     def restart(self, held: Sequence[int]) -> None:
-        """Back to the prompt, to generate the answer anew without steering or a call guard and with
-        the tokens `held` banned at every step."""
-        self.tokens = self.tokens[:self.n_prompt]
-        self.text = ""
+        """Back to the answer's start (after the prompt, and the thinking), to generate the answer anew
+        without steering or a call guard and with the tokens `held` banned at every step."""
+        self.tokens = self.tokens[:self.start]
+        self.text = self.text[:self.text_start]
         self.steering = self.guard = None
         self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, BAN)})
 
@@ -190,13 +192,37 @@ class Session:
         if todo:
             self.llama.eval(todo)
 
+    def think(self, close: str, budget: int | None, forced: bool) -> Iterator[str]:
+        """The thinking the prompt opened, up to its `close` marker, with no steering, call guard or
+        trigger of a call; past `budget` tokens, or where the model ends inside it although the answer
+        must call (`forced`), the close marker is written for it. The answer starts after it."""
+        steering, guard = self.steering, self.guard
+        self.steering = self.guard = None
+        try:
+            yield from self.phase(triggers={close: False}, limit=budget)
+        finally:
+            self.steering, self.guard = steering, guard
+        if self.ended == LIMIT or (self.ended == EOG and forced):
+            yield from self.write(close)
+        if self.ended in (TRIGGER, LIMIT) or (self.ended == EOG and forced):
+            self.start, self.text_start = len(self.tokens), len(self.text)
+            self.ended = TRIGGER
+
+    def write(self, text: str) -> Iterator[str]:
+        """`text` written into the answer as if generated (counted as completion tokens)."""
+        tokens = self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+        self.tokens += tokens
+        self.completion_tokens += len(tokens)
+        self.text += text
+        yield text
+
     def phase(self, grammar: LlamaGrammar | None = None, triggers: Mapping[str, bool] | None = None,
-              stop: Sequence[str] = ()) -> Iterator[str]:
-        """Generate until end of generation, a stop string, the budget, or one of `triggers`
-        (text -> whether it counts only at a line's start); yield the text as it becomes final
-        (never a possible start of a stop string or trigger; `stop` adds stop strings for this
-        phase). Sets `ended` (and `trigger`, the one found). On a trigger, the text up to and
-        including it is kept and the token list is cut to match, ready for the next phase."""
+              stop: Sequence[str] = (), limit: int | None = None) -> Iterator[str]:
+        """Generate until end of generation, a stop string, the budget, `limit` tokens of this phase
+        (ended LIMIT), or one of `triggers` (text -> whether it counts only at a line's start); yield
+        the text as it becomes final (never a possible start of a stop string or trigger; `stop` adds
+        stop strings for this phase). Sets `ended` (and `trigger`, the one found). On a trigger, the
+        text up to and including it is kept and the token list is cut to match, ready for the next phase."""
         triggers = triggers or {}
         self.trigger = None
         if self.budget <= 0:
@@ -204,7 +230,7 @@ class Session:
             return
         llama = self.llama
         sampler = Sampler(llama, self.sampling, (self.seed + self.phases) % 2**32, grammar, self.steering,
-                          self.n_prompt, self.guard, self.vocab)
+                          self.start, self.guard, self.vocab)
         self.phases += 1
         watch = Watch(self.stop + [s for s in stop if s and s not in self.stop], triggers)
         start = len(self.tokens)
@@ -253,6 +279,9 @@ class Session:
                     kept.append(out)
                     yield out
                 if self.budget <= 0:
+                    break
+                if limit is not None and len(self.tokens) - start >= limit:
+                    self.ended = LIMIT
                     break
                 todo = [token]
         finally:

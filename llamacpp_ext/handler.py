@@ -25,6 +25,7 @@ from toolbridge.constrain.grammar import Entry
 from toolbridge.parsing.answer import collect
 from toolbridge.parsing.thinking import PlainText, ThinkingSplit
 from toolbridge.request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, check, plan
+from toolbridge.thinking import DEFAULT_THINKING, effort_budget, opened_by
 
 from . import prompt
 from .compat import token_text, vocabulary
@@ -35,7 +36,7 @@ from .grammar import entry_grammar, tool_grammar, user_grammar
 # ("checked", toolbridge.request.check: the handler plans from them, not checking again) and the
 # request fields llama-cpp-python's request model drops.
 REQUEST_CONTEXT: ContextVar[dict] = ContextVar("toolbridge_request_context", default={})
-REQUEST_KEYS = ("parallel_tool_calls", "stream_options")
+REQUEST_KEYS = ("parallel_tool_calls", "stream_options", "reasoning_effort", "chat_template_kwargs")
 ERROR_PREFIX = "toolbridge_invalid_request: "
 
 
@@ -62,6 +63,7 @@ def toolbridge_chat_handler(
     server's request model drops, and the checked tool fields, come from REQUEST_CONTEXT."""
     request = {**REQUEST_CONTEXT.get(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs}}
     try:
+        kwargs = with_thinking_budget(kwargs, request)
         p = prepare_answer(llama, messages=messages, tools=tools, tool_choice=tool_choice, functions=functions,
                            function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
                            stop=stop, grammar=grammar, response_format=response_format, logit_bias=logit_bias,
@@ -83,10 +85,27 @@ def toolbridge_chat_handler(
                       stop=[*req.stop, *([eos] if eos else [])],
                       steering=req.steering(vocab) if req.steer and p.entries else None,
                       guard=req.call_guard(), vocab=vocab)
-    answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path)
+    answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=opened_by(p.text))
     if stream:
         return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
     return answer.response()
+
+
+def with_thinking_budget(options: dict, request: dict) -> dict:
+    """The model's options with the request's own thinking budget, where it asks for one: its
+    `chat_template_kwargs.tb_thinking_budget` (what a Messages `thinking.budget_tokens` becomes), else
+    its `reasoning_effort` (toolbridge.thinking.EFFORT_BUDGETS). The other options are the model's."""
+    own = request.get("chat_template_kwargs")
+    budget = own.get(BUDGET_KEY) if isinstance(own, dict) else None
+    if budget is None:
+        try:
+            budget = effort_budget(request.get("reasoning_effort"))
+        except ValueError as e:
+            raise BadRequest(str(e), param="reasoning_effort") from None
+    return options if budget is None else {**options, BUDGET_KEY: budget}
+
+
+BUDGET_KEY = "tb_thinking_budget"
 
 
 @dataclass
@@ -154,8 +173,9 @@ class Answer:
     """Generated text -> parser events -> an OpenAI response, or stream chunks."""
 
     def __init__(self, session: Session, req: ToolRequest, grammar: LlamaGrammar | None, lazy: list[Entry],
-                 model: str):
+                 model: str, thinking: bool = False):
         self.session = session
+        self.thinking = thinking  # the prompt opened a thinking block: the model's text starts inside it
         self.req = req
         self.grammar = grammar
         self.entries = {e.trigger: e for e in lazy}
@@ -165,6 +185,10 @@ class Answer:
 
     def _texts(self) -> Iterator[str]:
         s, req = self.session, self.req
+        if self.thinking:  # the answer, its steering, triggers and grammar start after the thinking
+            yield from s.think(DEFAULT_THINKING.close, req.decisions.thinking_budget, forced=req.force is not None)
+            if s.ended != TRIGGER:
+                return
         if not self.entries:
             yield from s.phase(grammar=self.grammar)
             return
@@ -177,7 +201,8 @@ class Answer:
             for piece in s.phase(triggers=triggers, stop=stop):
                 yield from held
                 held = [piece]
-            checked = s.ended == TRIGGER and req.grounded and not called and not s.text[:-len(s.trigger)].strip()
+            checked = (s.ended == TRIGGER and req.grounded and not called
+                       and not s.text[s.text_start:-len(s.trigger)].strip())
             if not checked:
                 yield from held
             if s.ended != TRIGGER:
@@ -205,9 +230,7 @@ class Answer:
         yield from s.phase()
 
     def _event_batches(self) -> Iterator[list[Event]]:
-        # a thinking block the model opens itself is its reasoning (one its template's generation prompt
-        # opens is not read as one yet: the steering and the triggers still count from the first token)
-        parser = ThinkingSplit(PlainText() if self.req.mode == PLAIN else self.req.parser())
+        parser = ThinkingSplit(PlainText() if self.req.mode == PLAIN else self.req.parser(), opened=self.thinking)
         for text in self._texts():
             yield parser.feed(text)
         yield parser.finish()

@@ -30,6 +30,7 @@ from toolbridge.options import check_environment
 from toolbridge.serving.asgi import RequestCheck, check_request, send_json
 
 from . import HANDLER_NAME, register
+from .compat import answer_as_written
 from .fields import adapt_request, check_fields
 from .handler import ERROR_PREFIX, REQUEST_CONTEXT, REQUEST_KEYS
 from .prompt import check_options
@@ -130,6 +131,7 @@ def install() -> None:
     def create_app(settings: Any = None, server_settings: Any = None, model_settings: Any = None) -> Any:
         apply_defaults(server_settings, model_settings)
         app = original(settings=settings, server_settings=server_settings, model_settings=model_settings)
+        answer_as_written(app)
         app.add_middleware(ToolbridgeMiddleware)
         app.add_middleware(AgentRoutes)  # outermost: its chat requests pass the guard too
         return app

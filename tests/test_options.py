@@ -75,7 +75,7 @@ def test_the_next_call_bias_needs_an_answer_that_may_hold_several_calls():
 def test_every_option_reads_its_key_then_its_environment_variable():
     """The request keys and environment variables are the table's: each option resolves from its
     key over its variable over its default."""
-    samples = {"dialect": ("json", "react"), "bool": (False, True), "number": (1.5, 2.5),
+    samples = {"dialect": ("json", "react"), "bool": (False, True), "number": (1.5, 2.5), "count": (16, 64),
                "checks": (frozenset({"asked"}), frozenset({"unrelated"}))}
     for o in OPTIONS:
         if o.key == "tb_template":
@@ -91,10 +91,19 @@ def _read_back(options, key):
     return {"tb_dialect": options.dialect.name, "tb_example": options.example, "tb_system_role": options.system_role,
             "tb_call_bias": p.call_bias, "tb_result_bias": p.result_bias, "tb_next_bias": p.next_bias,
             "tb_close_bias": p.close_bias, "tb_end_after_calls": p.end_after_calls, "tb_word_checks": p.word_checks,
-            "tb_formats": p.formats}[key]
+            "tb_formats": p.formats, "tb_thinking_budget": p.thinking_budget}[key]
 
 
 def test_the_readme_options_table_is_the_option_table():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     assert markdown_table() in readme, "README's options table differs: paste toolbridge.options.markdown_table()"
     assert len(readme.splitlines()) <= 250
+
+
+def test_a_thinking_budget_is_a_whole_number_of_tokens():
+    assert resolve({"tb_thinking_budget": "32"}, env={}).policy.thinking_budget == 32
+    assert resolve({"tb_thinking_budget": 32.0}, env={}).policy.thinking_budget == 32
+    assert resolve({}, env={}).policy.thinking_budget is None
+    for bad in (0, -3, 2.5, "lots", True):
+        with pytest.raises(ValueError, match="tb_thinking_budget must be a whole number"):
+            resolve({"tb_thinking_budget": bad}, env={})

@@ -159,3 +159,23 @@ def test_messages_thinking_block_comes_before_the_tool_use(cuts):
     said = "".join(e["delta"]["thinking"] for e in events if e["type"] == "content_block_delta"
                    and e["delta"]["type"] == "thinking_delta")
     assert starts == ["thinking", "tool_use"] and said == THOUGHT
+
+
+def test_the_readers_carry_a_thinking_budget_into_the_chat_request():
+    import pytest
+
+    from toolbridge import BadRequest
+    from toolbridge.apis import anthropic, responses
+    from toolbridge.thinking import EFFORT_BUDGETS, effort_budget
+
+    base = {"model": "m", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]}
+    chat = anthropic.chat_request({**base, "thinking": {"type": "enabled", "budget_tokens": 64}})
+    assert chat["chat_template_kwargs"] == {"tb_thinking_budget": 64}
+    assert "chat_template_kwargs" not in anthropic.chat_request({**base, "thinking": {"type": "disabled"}})
+    for bad in ({"type": "enabled"}, {"type": "enabled", "budget_tokens": 0}, {"type": "sometimes"}, "on"):
+        with pytest.raises(BadRequest):
+            anthropic.chat_request({**base, "thinking": bad})
+    assert responses.chat_request({"input": "hi", "reasoning": {"effort": "low"}})["reasoning_effort"] == "low"
+    with pytest.raises(BadRequest):
+        responses.chat_request({"input": "hi", "reasoning": {"effort": "enormous"}})
+    assert [effort_budget(e) for e in EFFORT_BUDGETS] == sorted(EFFORT_BUDGETS.values()) and effort_budget(None) is None

@@ -30,7 +30,7 @@ class Option:
     """One option: its request key, type, default (one, or one per profile) and what it moves."""
 
     key: str
-    kind: str  # "text", "dialect", "bool", "number" or "checks"
+    kind: str  # "text", "dialect", "bool", "number", "count" (a whole number, 1 or more) or "checks"
     default: Any  # a value, or a tuple with one per profile (PROFILES' order)
     moves: str  # the decision it moves, for the README's table
     env: str = field(init=False)  # its environment variable
@@ -55,6 +55,7 @@ OPTIONS = (
     Option("tb_word_checks", "checks", (False, "asked"),
            "English word checks: `unrelated`, `asked`, `grounded` (true: all, false: none, or a list)"),
     Option("tb_formats", "bool", False, "string arguments follow the separators their description's examples show"),
+    Option("tb_thinking_budget", "count", None, "a thinking block the prompt opens ends after this many tokens"),
 )
 KEYS = tuple(o.key for o in OPTIONS)
 # Options that are gone, with what moves the same decision now: a request that sends one is told.
@@ -118,6 +119,8 @@ def _read(o: Option, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{o.key} must be a number, not {value!r}") from None
+    if o.kind == "count":
+        return _count(o.key, value)
     if o.kind == "bool":
         return _flag(o.key, value)
     if o.kind == "checks":
@@ -125,6 +128,17 @@ def _read(o: Option, value: Any) -> Any:
     if o.kind == "dialect":
         return get_dialect(str(value) or None)
     return str(value) or None
+
+
+def _count(key: str, value: Any) -> int:
+    try:
+        n = None if isinstance(value, bool) else int(value) if isinstance(value, float) and value.is_integer() \
+            else int(str(value).strip())
+    except ValueError:
+        n = None
+    if n is None or n < 1:
+        raise ValueError(f"{key} must be a whole number of tokens, 1 or more, not {value!r}")
+    return n
 
 
 def _flag(key: str, value: Any) -> bool:

@@ -1,4 +1,5 @@
-"""Thinking, declared once beside the dialects: the markers a thinking block is written between.
+"""Thinking, declared once beside the dialects: the markers a thinking block is written between, and
+whether a rendered prompt leaves one open.
 
 A reasoning model thinks before it answers, between markers (`<think>` ... `</think>` for DeepSeek-R1's
 distills and most open reasoning fine-tunes). Its template's generation prompt often opens the block
@@ -9,6 +10,7 @@ apart from the content.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,3 +33,24 @@ def get_thinking(name: str | Thinking | None) -> Thinking:
     except KeyError:
         raise ValueError(f"unknown thinking format {name!r}; known: {', '.join(THINKING)}") from None
 
+
+
+def opened_by(prompt: str, thinking: Thinking = DEFAULT_THINKING) -> bool:
+    """Whether a rendered prompt ends inside an open thinking block: its template's generation prompt
+    opened one (found by rendering, as the tool probe is), so the model's text starts inside it."""
+    return prompt.rstrip().endswith(thinking.open)
+
+
+# The thinking budget an effort asks for, in tokens (OpenAI's Responses `reasoning.effort` and Chat
+# `reasoning_effort`): Anthropic's `thinking.budget_tokens` gives tokens itself, and its floor (1024) is
+# `low`; each step up is four times the last, `minimal` a quarter of `low`.
+EFFORT_BUDGETS = {"minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
+
+
+def effort_budget(effort: Any) -> int | None:
+    """The budget of a reasoning effort (None for none asked); ValueError for an effort OpenAI has no name for."""
+    if effort is None:
+        return None
+    if effort not in EFFORT_BUDGETS:
+        raise ValueError(f"reasoning effort must be one of {', '.join(EFFORT_BUDGETS)}, not {effort!r}")
+    return EFFORT_BUDGETS[effort]

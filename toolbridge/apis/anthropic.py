@@ -61,9 +61,25 @@ def chat_request(body: Mapping[str, Any]) -> dict:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
             raise BadRequest("stop_sequences must be an array of strings.", param="stop_sequences")
         chat["stop"] = stops
+    budget = thinking_budget(body.get("thinking"))
+    if budget is not None:
+        chat["chat_template_kwargs"] = {**(chat.get("chat_template_kwargs") or {}), "tb_thinking_budget": budget}
     if chat.get("stream"):
         chat["stream_options"] = {"include_usage": True}
     return chat
+
+
+def thinking_budget(thinking: Any) -> int | None:
+    """`thinking: {"type": "enabled", "budget_tokens": N}` as the thinking budget (toolbridge's
+    `tb_thinking_budget`); `disabled` or none: no budget."""
+    if thinking is None or (isinstance(thinking, Mapping) and thinking.get("type") in ("disabled", "adaptive")):
+        return None
+    budget = thinking.get("budget_tokens") if isinstance(thinking, Mapping) else None
+    if not (isinstance(thinking, Mapping) and thinking.get("type") == "enabled" and isinstance(budget, int)
+            and not isinstance(budget, bool) and budget >= 1):
+        raise BadRequest("thinking must be {\"type\": \"enabled\", \"budget_tokens\": N} (N >= 1) or "
+                         "{\"type\": \"disabled\"}.", param="thinking")
+    return budget
 
 
 def chat_turn(turn: Any, where: str) -> list[dict]:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from ..deltas import REASONING_FIELD
 from ..errors import BadRequest
+from ..thinking import effort_budget
 from .fields import new_id, string_field
 
 # Sampling fields that mean the same in both APIs, and the engines' own extras clients send
@@ -69,6 +70,13 @@ def chat_request(body: Mapping[str, Any], history: list[dict] | None = None) -> 
             k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
     elif fmt.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}
+    reasoning = body.get("reasoning")
+    if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
+        try:
+            effort_budget(reasoning["effort"])
+        except ValueError as e:
+            raise BadRequest(str(e), param="reasoning.effort") from None
+        chat["reasoning_effort"] = reasoning["effort"]
     if chat.get("stream"):
         chat["stream_options"] = {"include_usage": True}
     return chat

@@ -10,6 +10,8 @@ decisions from it, in the order an answer meets them:
   after later calls, the tools the question named (`after_call_bias`);
 - a call that repeats one of the same answer: no call may start after it (always on: structural);
 - after the calls: only another call or the end of the turn (`end_after_calls`, toolbridge.steer.ending).
+Where the prompt opens a thinking block, the answer starts after it: every decision above counts from
+there, and `thinking_budget` closes the block after that many tokens, so a forced call always comes.
 
 Two switches add what is not structural: `word_checks`, the English word checks (toolbridge.steer.relevance,
 toolbridge.steer.grounding), which move the start and the next call by fixed amounts (UNRELATED, AGAIN,
@@ -53,6 +55,7 @@ class Decisions:
     hold_after_calls: bool = False  # the engines hold the token after a complete call (toolbridge.steer.ending)
     grounded: bool = False  # the first call's values must come from the conversation
     formats: bool = False  # string arguments follow their description's examples
+    thinking_budget: int | None = None  # a thinking block the prompt opens is closed after this many tokens
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Policy:
     end_after_calls: bool = True
     word_checks: frozenset[str] = frozenset()  # of WORD_CHECKS
     formats: bool = False
+    thinking_budget: int | None = None
 
     @classmethod
     def from_options(cls, values: Mapping[str, Any]) -> "Policy":
@@ -91,7 +95,8 @@ class Policy:
                          asked=asked, again=AGAIN if named else 0.0, enough=ENOUGH if named else 0.0,
                          close_bias=self.close_bias, end_after_calls=self.end_after_calls,
                          hold_after_calls=lazy and self.end_after_calls,
-                         grounded=lazy and "grounded" in self.word_checks, formats=self.formats)
+                         grounded=lazy and "grounded" in self.word_checks, formats=self.formats,
+                         thinking_budget=self.thinking_budget)
 
 
 def after_call_bias(called: Sequence[str], *, next_bias: float, asked: frozenset[str], again: float,
