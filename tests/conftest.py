@@ -27,8 +27,8 @@ E2E_ORDER = [
     "test_vllm_e2e",
     "test_llama_server_e2e",
     "test_tool_trained_e2e",
+    "test_vllm_scaleout_e2e",  # its deployments take longest to start: before gemma's, behind the modules above
     "test_gemma_e2e",
-    "test_vllm_scaleout_e2e",
     "test_transformers_serve_e2e",
     "test_package",
 ]

@@ -10,7 +10,7 @@ that asks for it through the session fixture of the same name (tests/conftest.py
 the run after collection: which tests use which key, in order; the pool then starts the keys in
 that order in background threads while the unit tests and the earlier end-to-end modules run, and
 stops each key after its last test. One server starts at a time, at most TOOLBRIDGE_SERVERS_AHEAD
-(default 2; 0: none ahead, each starts at its first test) before their first test, and only with
+(default 4; 0: none ahead, each starts at its first test) before their first test, and only with
 enough free memory; things that hold no memory (the packaging tests' environments) are made in a
 second lane once the end-to-end tests have begun.
 """
@@ -419,7 +419,7 @@ class Pool:
         self.entries: dict[str, _Entry] = {}
         self.cond = threading.Condition()
         self.plan: list[str] = []
-        self.ahead = int(os.environ.get("TOOLBRIDGE_SERVERS_AHEAD", "2"))
+        self.ahead = int(os.environ.get("TOOLBRIDGE_SERVERS_AHEAD", "4"))
         self.closed = False
         self.lanes = {True: False, False: False}  # a background start under way, per kind (memory or not)
 
