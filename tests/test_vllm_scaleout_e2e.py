@@ -371,7 +371,7 @@ def test_render_carries_toolbridge_arguments(split):
     assert tag["none"] is None
     xargs = {k: v.get("extra_args") or {} for k, v in sp.items()}
     steered = xargs["auto-steered"]["toolbridge"]["steering"]
-    assert steered["bias"] == 20 and steered["call"], xargs
+    assert steered["start_bias"] == 20 and steered["call"], xargs
     assert "guard" in xargs["required"]["toolbridge"] and "guard" in xargs["named"]["toolbridge"], xargs
     assert "toolbridge" not in xargs["none"], xargs
     # a forged rule argument does not pass: adjust_request writes its own
