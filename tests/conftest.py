@@ -100,6 +100,11 @@ def pytest_collection_finish(session):
     POOL.start_ahead(plan)
 
 
+def pytest_runtest_setup(item):
+    if not POOL.e2e and item.get_closest_marker("e2e") is not None:
+        POOL.begin_e2e()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     yield

