@@ -568,8 +568,9 @@ SPECS = {
     "gemma_llamacpp": Spec(_gemma_llamacpp),
     "gemma_vllm": Spec(_gemma_vllm, gib=6),
     "gemma_llama_server": Spec(_gemma_llama_server),
-    "scaleout_api2": Spec(_scaleout("--api-server-count", "2"), gib=6),
-    "scaleout_dp2": Spec(_scaleout("--data-parallel-size", "2"), gib=9),
+    # measured here: one engine and two API servers about 6 GB, two engines and two API servers about 9
+    "scaleout_api2": Spec(_scaleout("--api-server-count", "2"), gib=8),
+    "scaleout_dp2": Spec(_scaleout("--data-parallel-size", "2"), gib=11),
     "scaleout_split": Spec(_scaleout("split"), gib=8),
 }
 POOL = Pool(SPECS)
