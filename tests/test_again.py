@@ -78,8 +78,14 @@ def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[
             await send({"type": "http.response.body", "body": data[a:b], "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    return through_the_check(app, body), seen
+
+
+def through_the_check(app, body: dict, sent: list[dict] | None = None) -> list[dict]:
+    """What the client gets when `body` is posted to the chat route `app` behind the request check
+    (`sent`: the list the client's messages go to, for a route that watches it)."""
     raw = json.dumps(body).encode()
-    sent: list[dict] = []
+    sent = [] if sent is None else sent
 
     async def receive():
         return {"type": "http.request", "body": raw, "more_body": False}
@@ -89,7 +95,7 @@ def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[
 
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
     asyncio.run(RequestCheck(app)(scope, receive, send))
-    return sent, seen
+    return sent
 
 
 def body_of(sent: list[dict]) -> bytes:
@@ -176,16 +182,7 @@ def received_as_sent(options: dict) -> list[bool]:
             at_once.append(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").endswith(event))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    raw = json.dumps(request(FUNDS, True)).encode()
-
-    async def receive():
-        return {"type": "http.request", "body": raw, "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    asyncio.run(RequestCheck(app)(scope, receive, send))
+    through_the_check(app, request(FUNDS, True), sent)
     return at_once
 
 
