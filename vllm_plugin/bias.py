@@ -32,22 +32,26 @@ from typing import Any, Sequence
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.steer.args import from_args
+from toolbridge.steer.args import from_args, thinking_from_args
 from toolbridge.steer.callguard import POINTS, CallGuard
 from toolbridge.steer.logits import Edit, token_changes, write
 from toolbridge.steer.ending import Ending
 from toolbridge.steer.steering import Steering
+from toolbridge.steer.thinking import PROMPT_TAIL, ThinkingEnd
 from toolbridge.steer.vocab import Vocabulary, hf_vocabulary
 
 
 class _Answer:
     """One request's rules and how far its guard has read its output."""
 
-    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks", "ending", "ends")
+    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks", "ending", "ends", "thinking",
+                 "start")
 
     def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray,
-                 ending: Ending | None = None, ends: tuple[int, ...] = ()):
+                 ending: Ending | None = None, ends: tuple[int, ...] = (), thinking: ThinkingEnd | None = None):
         self.ids = ids  # vLLM's own list of the request's output token ids (it appends to it)
+        self.thinking = thinking  # the thinking the prompt opened, until it ends
+        self.start = 0  # where the answer starts in `ids`: after the thinking
         self.steering = steering
         self.horizon = steering.horizon if steering is not None else 0
         self.guard = guard
@@ -60,7 +64,12 @@ class _Answer:
     @property
     def ruled(self) -> bool:
         """Whether the rule may speak at this step: steering within its horizon, or an armed guard."""
-        return len(self.ids) < self.horizon or (self.guard is not None and self.guard.armed)
+        return len(self.ids) - self.start < self.horizon or (self.guard is not None and self.guard.armed)
+
+    @property
+    def answer(self) -> list[int]:
+        """The answer's tokens, as far as steering reads them (its horizon): after the thinking."""
+        return self.ids if not self.start else self.ids[self.start:self.start + self.horizon]
 
     @property
     def watching(self) -> bool:
@@ -117,6 +126,7 @@ class CallBias(LogitsProcessor):
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._pin = bool(is_pin_memory) and self._device.type != "cpu"
         self._answers: dict[int, _Answer] = {}  # batch row -> its answer, while a rule may speak
+        self._thinking: dict[int, _Answer] = {}  # ... while it thinks (the rules wait for its end)
         self._watch: dict[int, _Answer] = {}  # ... whose guard waits for a call start
         self._ruled: dict[int, _Answer] = {}  # ... which the rule may change at the next step
         self._vocab: Vocabulary | None = None
@@ -152,40 +162,53 @@ class CallBias(LogitsProcessor):
         return True
 
     # -- the batch --------------------------------------------------------------------------------
-    def _new_answer(self, params: Any, output_ids: list[int]) -> _Answer | None:
+    def _new_answer(self, params: Any, prompt_ids: Sequence[int] | None, output_ids: list[int]) -> _Answer | None:
         # toolbridge's one argument (toolbridge.steer.args); one of nobody's making is ignored, never raises
-        steering, guard = from_args(getattr(params, "extra_args", None))
-        if guard is not None and not self._text_ready():
-            guard = None
-        if steering is None and guard is None:
+        args = getattr(params, "extra_args", None)
+        steering, guard = from_args(args)
+        thinking = thinking_from_args(args)
+        if (guard is not None or thinking is not None) and not self._text_ready():
+            guard = thinking = None
+        if thinking is not None and not (prompt_ids and thinking.opened_by(self._vocab.join(
+                [t for t in prompt_ids[-PROMPT_TAIL:] if t >= 0]))):
+            thinking = None
+        if steering is None and guard is None and thinking is None:
             return None
         marks = b""
         if guard is not None and not guard.armed:
             marks = self._vocab.marks(guard.firsts)
         ending = self._vocab.ending(guard.follow) if guard is not None else None
-        answer = _Answer(output_ids, steering, guard, marks, ending, _end_tokens(params) if ending is not None else ())
-        return answer if answer.ruled or answer.watching else None
+        answer = _Answer(output_ids, steering, guard, marks, ending, _end_tokens(params) if ending is not None else (),
+                         thinking)
+        return answer if thinking is not None or answer.ruled or answer.watching else None
+
+    def _place(self, row: int, a: _Answer) -> None:
+        """Enter an answer in the tables of what the rule does with it at the next step."""
+        if a.thinking is not None:
+            self._thinking[row] = a
+            return
+        if a.watching:
+            self._watch[row] = a
+        if a.ruled:
+            self._ruled[row] = a
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         """Follow the batch's rows: removed, then added (an added row replaces what was there),
         then moved (one way, or swapped)."""
         if not batch_update:
             return
-        tables = (self._answers, self._watch, self._ruled)
+        tables = (self._answers, self._watch, self._ruled, self._thinking)
         if self._answers:
             for row in batch_update.removed:
                 for table in tables:
                     table.pop(row, None)
-        for row, params, _, output_ids in batch_update.added:
+        for row, params, prompt_ids, output_ids in batch_update.added:
             for table in tables:
                 table.pop(row, None)
-            a = self._new_answer(params, output_ids)
+            a = self._new_answer(params, prompt_ids, output_ids)
             if a is not None:
                 self._answers[row] = a
-                if a.watching:
-                    self._watch[row] = a
-                if a.ruled:
-                    self._ruled[row] = a
+                self._place(row, a)
         if self._answers:
             for i, j, direction in batch_update.moved:
                 for table in tables:
@@ -198,14 +221,18 @@ class CallBias(LogitsProcessor):
     def apply(self, logits: torch.Tensor) -> torch.Tensor:
         if not self._answers:
             return logits
+        edits: list[Edit] = []
+        if self._thinking:
+            self._think(edits)
         if self._watch:
             self._look()
         ruled = self._ruled
         if not ruled:
+            if edits:
+                write(logits, edits, self._tensor)
             return logits
         vocab = self._vocab
         closers, enders = (vocab.closers, vocab.enders) if vocab is not None else ((), ())
-        edits: list[Edit] = []
         asks: list[tuple[int, str]] = []  # rows whose guard decides on the model's top token, and where
         silent: list[int] = []
         for row, a in ruled.items():
@@ -218,12 +245,12 @@ class CallBias(LogitsProcessor):
                     if at is not None:
                         asks.append((row, at))
                         continue
-            elif len(a.ids) >= a.horizon:  # no call started, and steering has no more to say
+            elif len(a.ids) - a.start >= a.horizon:  # no call started, and steering has no more to say
                 silent.append(row)
                 continue
             else:
                 guard = None
-            changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders, a.ending, a.ends)
+            changes, only = token_changes(a.steering, a.answer, guard, _unasked, closers, enders, a.ending, a.ends)
             if changes or only is not None:
                 edits.append((row, changes, only))
         for row in silent:
@@ -236,7 +263,7 @@ class CallBias(LogitsProcessor):
                 rows = [row for row, _ in asks]
                 for row, top in zip(rows, self._top(logits, rows)):
                     a = ruled[row]
-                    changes, only = token_changes(a.steering, a.ids, a.guard, lambda top=top: vocab.text(top),
+                    changes, only = token_changes(a.steering, a.answer, a.guard, lambda top=top: vocab.text(top),
                                                   closers, enders, a.ending, a.ends)
                     if changes or only is not None:
                         edits.append((row, changes, only))
@@ -245,6 +272,33 @@ class CallBias(LogitsProcessor):
         if edits:
             write(logits, edits, self._tensor)
         return logits
+
+    def _think(self, edits: list[Edit]) -> None:
+        """Answers inside the thinking their prompt opened: each new token's text read for the close
+        marker; past the budget, the answer held to the marker's next token. Where the thinking ends,
+        the answer starts at the next token, and the rules take it from there."""
+        vocab = self._vocab
+        ended: list[int] = []
+        for row, a in self._thinking.items():
+            thinking, ids = a.thinking, a.ids
+            while a.read < len(ids) and not thinking.closed:
+                token = ids[a.read]
+                a.read += 1
+                if token >= 0:
+                    thinking.feed(vocab.text(token))
+            if thinking.closed:
+                ended.append(row)
+                continue
+            only = thinking.only()
+            if only is not None:
+                edits.append((row, (), only))
+        for row in ended:
+            a = self._thinking.pop(row)
+            a.thinking, a.start = None, a.read
+            if a.ruled or a.watching:
+                self._place(row, a)
+            else:
+                del self._answers[row]
 
     def _look(self) -> None:
         """`auto` answers before their first call: a look at each new token's id; its text is read
@@ -306,7 +360,7 @@ class CallBias(LogitsProcessor):
         for row, at in asks:
             a = ruled[row]
             guard = a.guard
-            changes, only = token_changes(a.steering, a.ids, guard, _unasked, closers, enders, a.ending, a.ends)
+            changes, only = token_changes(a.steering, a.answer, guard, _unasked, closers, enders, a.ending, a.ends)
             k = _POINT[at]
             ends = tables.ends[k]
             if ends:  # else the close has nothing to add here

@@ -13,20 +13,22 @@ from typing import Any, Mapping
 
 from .callguard import CallGuard
 from .steering import Steering
+from .thinking import ThinkingEnd
 
 ARG = "toolbridge"
 
 
-def to_args(steering: Steering | None, guard: CallGuard | None) -> dict:
-    """The request arguments that carry `steering` and `guard` (either may be None): {} for neither."""
-    if steering is None and guard is None:
-        return {}
+def to_args(steering: Steering | None, guard: CallGuard | None, thinking: ThinkingEnd | None = None) -> dict:
+    """The request arguments that carry `steering`, `guard` and the end of a thinking block the prompt
+    may open (`thinking`; any may be None): {} for none."""
     packed: dict[str, Any] = {}
     if steering is not None:
         packed["steering"] = steering.pack()
     if guard is not None:
         packed["guard"] = guard.pack()
-    return {ARG: packed}
+    if thinking is not None:
+        packed["thinking"] = thinking.pack()
+    return {ARG: packed} if packed else {}
 
 
 def from_args(args: Mapping[str, Any] | None) -> tuple[Steering | None, CallGuard | None]:
@@ -39,6 +41,15 @@ def from_args(args: Mapping[str, Any] | None) -> tuple[Steering | None, CallGuar
         return _part(Steering.unpack, packed.get("steering")), _part(CallGuard.unpack, packed.get("guard"))
     except Exception:  # a mapping of nobody's making whose get raises
         return None, None
+
+
+def thinking_from_args(args: Mapping[str, Any] | None) -> ThinkingEnd | None:
+    """The thinking end a request's arguments carry (None where there is none or it is malformed)."""
+    try:
+        packed = args.get(ARG) if isinstance(args, Mapping) else None
+        return _part(ThinkingEnd.unpack, packed.get("thinking")) if isinstance(packed, Mapping) else None
+    except Exception:  # a mapping of nobody's making whose get raises
+        return None
 
 
 def _part(unpack: Any, data: Any) -> Any:
