@@ -1,8 +1,8 @@
 """An answer generated again in text when its first call made its values up, for vLLM
 (toolbridge.serving.again, in front of the chat route as vllm_plugin.middleware.RequestCheck).
 
-The route here is a scripted ASGI app that plays vLLM's part: it notes the request's plan with the
-attempt, as toolbridge's parser does, and answers with fixed bytes, cut anywhere. vLLM sends each
+The route here is a scripted ASGI app that plays vLLM's part: it reads the second answer's mark in
+the body it is sent, as toolbridge's parser does, and answers with fixed bytes, cut anywhere. vLLM sends each
 server-sent event whole, so the cuts are what a real server cannot be made to produce; the real
 server's answers are checked end to end in test_tool_trained_e2e.py.
 """
@@ -14,10 +14,10 @@ import json
 from hypothesis import given, settings, strategies as st
 
 from toolbridge.request import prepare
+from toolbridge.serving import again
+from vllm_plugin.middleware import AGAIN, RequestCheck
 
 CHECKED = {"tb_word_checks": "grounded"}  # the check these tests are about, whatever the defaults
-from toolbridge.serving import again
-from vllm_plugin.middleware import RequestCheck
 
 PAY = {"type": "function", "function": {"name": "pay", "parameters": {
     "type": "object", "required": ["receiver", "amount"],
@@ -68,9 +68,9 @@ def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[
     seen: list[bool] = []
 
     async def app(scope, receive, send):
-        request = json.loads((await receive())["body"])
-        seen.append(again.planned(prepare(tools=request["tools"], messages=request["messages"],
-                                            template_kwargs=request.get("chat_template_kwargs", CHECKED))))
+        raw = (await receive())["body"]
+        assert dict(scope["headers"]).get(b"content-length", str(len(raw)).encode()) == str(len(raw)).encode()
+        seen.append(marked(json.loads(raw)))
         data = answers[len(seen) - 1]
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]})
         points = sorted({c % (len(data) + 1) for c in cuts})
@@ -79,6 +79,11 @@ def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return through_the_check(app, body), seen
+
+
+def marked(body: dict) -> bool:
+    """Whether a body the route is sent asks for the second answer (what the parser reads)."""
+    return bool((body.get("vllm_xargs") or {}).get(AGAIN))
 
 
 def through_the_check(app, body: dict, sent: list[dict] | None = None) -> list[dict]:
@@ -109,7 +114,7 @@ def stream_data(body: bytes) -> list:
 
 
 def request(messages: list, stream: bool) -> dict:
-    return {"model": "m", "messages": messages, "tools": [PAY], "stream": stream}
+    return {"model": "m", "messages": messages, "tools": [PAY], "stream": stream, "chat_template_kwargs": CHECKED}
 
 
 @settings(max_examples=60, deadline=None)
@@ -161,7 +166,7 @@ def test_the_option_off_or_several_choices_pass_the_made_up_call():
     answer = call_stream("first", MADE_UP)
     off = {**request(FUNDS, True), "chat_template_kwargs": {"tb_word_checks": False}}
     assert body_of(serve({**request(FUNDS, True), "n": 2}, [answer])[0]) == answer
-    # the scripted route plans without the request's options; the plan's own check is tested in test_grounding
+    assert body_of(serve(off, [answer])[0]) == answer
     assert again.made_up(prepare(tools=[PAY], messages=FUNDS, template_kwargs=off["chat_template_kwargs"]), None, "pay", json.dumps(MADE_UP)) is False
 
 
@@ -175,14 +180,13 @@ def received_as_sent(options: dict) -> list[bool]:
 
     async def app(scope, receive, send):
         await receive()
-        again.planned(prepare(tools=[PAY], messages=FUNDS, template_kwargs=options))
         await send({"type": "http.response.start", "status": 200, "headers": []})
         for event in stream:
             await send({"type": "http.response.body", "body": event, "more_body": True})
             at_once.append(b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").endswith(event))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
-    through_the_check(app, request(FUNDS, True), sent)
+    through_the_check(app, {**request(FUNDS, True), "chat_template_kwargs": options}, sent)
     return at_once
 
 
@@ -191,3 +195,29 @@ def test_a_streamed_first_call_is_held_only_where_the_check_is_asked():
     waits until it is complete."""
     assert all(received_as_sent({"tb_word_checks": False}))
     assert not all(received_as_sent(CHECKED))
+
+
+def test_an_answer_the_user_constrains_is_not_checked():
+    """A request that constrains its answer itself (response_format) is planned as the parser plans
+    it: its calls are the user's affair, and a made-up one passes."""
+    answer = call_stream("first", MADE_UP)
+    constrained = {**request(FUNDS, True), "response_format": {"type": "json_object"}}
+    sent, seen = serve(constrained, [answer, TEXT_STREAM])
+    assert seen == [False] and body_of(sent) == answer
+
+
+def test_a_clients_own_mark_is_taken_out():
+    """Only the request check asks for a second answer: a client's mark does not reach the route."""
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "pay", "arguments": '{"receiver": "Anna", "amount": 25}'}}]}
+    answer = whole("first", call, 30)
+    body = {**request(ANNA, False), "vllm_xargs": {AGAIN: 1, "other": "kept"}}
+    got: list[dict] = []
+
+    async def app(scope, receive, send):
+        got.append(json.loads((await receive())["body"]))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": answer, "more_body": False})
+
+    assert body_of(through_the_check(app, body)) == answer
+    assert got[0]["vllm_xargs"] == {"other": "kept"}

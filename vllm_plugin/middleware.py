@@ -10,30 +10,96 @@ app is built, the served chat template is checked against the settings too (`che
 - Every answer of those routes leaves in the API's shape (toolbridge.serving.shape): errors, a
   Responses stream cut at max_output_tokens, an exception after a stream started.
 - On the chat route, a first call whose values the model made up is answered again in text
-  (toolbridge.serving.again; the `grounded` word check of `tb_word_checks`).
+  (toolbridge.serving.again; the `grounded` word check of `tb_word_checks`). The check makes the
+  request's plan from the body, as the parser does from vLLM's request object; the second request
+  carries `AGAIN` in its `vllm_xargs`, which the parser reads and takes out (a client's own is taken
+  out here).
 
 The parser works without it; it only changes those answers. `RequestGuard` is the name it had
 before, kept for existing command lines."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable
 
-from toolbridge.prompt.chat_templates import DIALECT_ENV, read_stock, served_dialect
+from toolbridge import BadRequest
+from toolbridge.prompt.chat_templates import DIALECT_ENV, read_stock, renders_tools, served_dialect
+from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
+from vllm_plugin.constraint import structural_tag, user_constraint
 
 log = logging.getLogger(__name__)
 
+AGAIN = "toolbridge_again"  # the `vllm_xargs` key that marks the second answer of a request (value 1)
+
 
 class RequestCheck(_Check):
+    """The request check; `tool_trained`: the served model's own template renders tools (the
+    plan's defaults differ for it, toolbridge.options.PROFILES), as the parser finds from the tokenizer."""
+
+    def __init__(self, app: Any, tool_trained: bool = False):
+        super().__init__(app)
+        self.tool_trained = tool_trained
+
+    def check(self, data: dict) -> bool:
+        super().check(data)
+        xargs = data.get("vllm_xargs")
+        if isinstance(xargs, dict) and AGAIN in xargs:
+            data["vllm_xargs"] = {k: v for k, v in xargs.items() if k != AGAIN}
+            return True
+        return False
+
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
-        if scope.get("path", "").endswith(CHAT_PATH):
-            await again.answer(self.app, scope, body, receive, send, data)
+        plan = self.plan(data) if scope.get("path", "").endswith(CHAT_PATH) else None
+        if again.checked(plan) and data.get("n") in (None, 1):
+            await again.answer(self.app, scope, receive, send,
+                               again.Attempts(body, _marked(data), plan, bool(data.get("stream"))))
         else:
             await super().answer(scope, body, receive, send, data)
+
+    def plan(self, data: dict) -> ToolRequest | None:
+        """The chat request's plan, as the parser makes it (None without tools, or for a request
+        the parser answers 400)."""
+        if not data.get("tools"):
+            return None
+        kw = dict({k: data.get(k) for k in ("tools", "tool_choice", "parallel_tool_calls", "stop")},
+                  messages=data.get("messages") or [], template_kwargs=data.get("chat_template_kwargs"),
+                  tool_trained=self.tool_trained)
+        user = user_constraint(_fields(data))
+        try:
+            if isinstance(user, str):  # the structural tag toolbridge sets, carried in: the plan it was set for
+                own = prepare(**kw)
+                if own.mode not in (PLAIN, USER) and _same_json(structural_tag(own), user):
+                    return own
+            return prepare(**kw, user_constraint=bool(user))
+        except BadRequest:
+            return None
+
+
+def _fields(data: dict) -> SimpleNamespace:
+    """The body's constraint fields as vLLM's request object holds them (attributes)."""
+    def obj(value: Any) -> Any:
+        return SimpleNamespace(**value) if isinstance(value, dict) else value
+    return SimpleNamespace(response_format=obj(data.get("response_format")),
+                           structured_outputs=obj(data.get("structured_outputs")))
+
+
+def _same_json(a: str | None, b: str) -> bool:
+    try:
+        return a is not None and json.loads(a) == json.loads(b)
+    except (TypeError, ValueError):
+        return a == b
+
+
+def _marked(data: dict) -> bytes:
+    """The body that asks the route for the second answer."""
+    xargs = data.get("vllm_xargs") if isinstance(data.get("vllm_xargs"), dict) else {}
+    return json.dumps({**data, "vllm_xargs": {**xargs, AGAIN: 1}}).encode("utf-8")
 
 
 RequestGuard = RequestCheck
@@ -56,8 +122,13 @@ def install() -> bool:
     def init_entrypoints_middleware(args: Any, app: Any, *rest: Any, **kw: Any) -> None:
         check_template(args)
         builder(args, app, *rest, **kw)
-        if not any(isinstance(m.cls, type) and issubclass(m.cls, _Check) for m in app.user_middleware):
-            app.add_middleware(RequestCheck)
+        trained = tool_trained(args)
+        named = [m for m in app.user_middleware if isinstance(m.cls, type) and issubclass(m.cls, _Check)]
+        for m in named:  # `--middleware` named it: vLLM built it without what the plugin knows
+            if issubclass(m.cls, RequestCheck):
+                m.kwargs["tool_trained"] = trained
+        if not named:
+            app.add_middleware(RequestCheck, tool_trained=trained)
 
     init_entrypoints_middleware.adds_request_check = True  # type: ignore[attr-defined]
     launcher.init_entrypoints_middleware = init_entrypoints_middleware
@@ -75,10 +146,33 @@ def check_template(args: Any) -> None:
         log.info("toolbridge: the chat template was wrapped for the %r dialect; parsing and constraining it", made)
 
 
+def tool_trained(args: Any) -> bool:
+    """Whether the served model's own template (its tokenizer's, not `--chat-template`) renders
+    tools, as the parser reads it from the tokenizer; False where it is not found on disk."""
+    return renders_tools(_model_template(args) or _cached_template(args))
+
+
+def _cached_template(args: Any) -> str | None:
+    """The template of a model named by its Hugging Face id, from the local cache vLLM loaded it to."""
+    name = getattr(args, "tokenizer", None) or getattr(args, "model", None)
+    if not name:
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+        revision = getattr(args, "tokenizer_revision", None) or getattr(args, "revision", None)
+        return read_stock(snapshot_download(str(name), revision=revision, local_files_only=True))
+    except Exception:  # not an id, not cached, no template: the parser's profile is then unknown here
+        return None
+
+
 def _served_template(args: Any) -> str | None:
     source = getattr(args, "chat_template", None)
     if source:
         return read_stock(source) if _is_file(source) else str(source)
+    return _model_template(args)
+
+
+def _model_template(args: Any) -> str | None:
     for place in (getattr(args, "tokenizer", None), getattr(args, "model", None)):
         if place and _is_dir(place):
             try:
@@ -102,4 +196,4 @@ def _is_dir(text: str) -> bool:
         return False
 
 
-__all__ = ["RequestCheck", "RequestGuard", "install", "check_template"]
+__all__ = ["AGAIN", "RequestCheck", "RequestGuard", "install", "check_template", "tool_trained"]

@@ -26,12 +26,11 @@ from toolbridge.events import CallArgs, CallEnd, CallStart, Event
 from toolbridge.parsing.markers import TurnCut
 from toolbridge.parsing.answer import TextOnly
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
-from toolbridge.serving.again import planned
 from toolbridge.parsing.stream import StreamParser
 from toolbridge.steer.args import ARG, to_args
 from toolbridge.steer.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
-from vllm_plugin.middleware import install as install_request_check
+from vllm_plugin.middleware import AGAIN, install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -82,9 +81,9 @@ class ToolbridgeToolParser(ToolParser):
             return request
         if req.mode == USER:
             return request
-        xargs = {k: v for k, v in (getattr(request, "vllm_xargs", None) or {}).items()
-                 if k != ARG}  # the logit rules' argument is ours alone
-        if planned(req):
+        sent = getattr(request, "vllm_xargs", None) or {}
+        xargs = {k: v for k, v in sent.items() if k not in (ARG, AGAIN)}  # the logit rules' and the request check's
+        if sent.get(AGAIN):  # the request check asks for this request's answer again, in text
             request.vllm_xargs = xargs
             return _in_text(request, req, self.model_tokenizer)
         steering = None

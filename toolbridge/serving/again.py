@@ -3,10 +3,10 @@ written (vLLM): the ASGI side of toolbridge.steer.grounding's check.
 
 python -m llamacpp_ext checks a first call as it generates and goes back to the prompt itself. vLLM's
 parser cannot ask the engine for another answer, and its logits processor cannot take back tokens, so
-the check runs in front of the route: `answer` opens an `Attempt` for the request (a context variable
-the request's handling inherits, so the parser's plan lands in it: `planned`), reads the answer as it
-goes out, and when its first call opens the answer with made-up values, drops that answer and asks
-the route again with `again` set, where the adapter holds back every call opening at every step.
+the check runs in front of the route: the adapter's request check makes the request's plan from its
+body and hands `answer` the request's `Attempts`; `answer` reads the answer as it goes out, and when
+its first call opens the answer with made-up values, drops that answer and asks the route again with
+the second body, which the adapter marked so that its parser holds back every call opening at every step.
 
 What the client sees is the second answer under the first one's id. A stream holds back only the first
 call, until it is complete, and only where the request asks for the check; the text before and the
@@ -16,35 +16,23 @@ llamacpp_ext), not against max_tokens (a second request, to the engine). One cho
 from __future__ import annotations
 
 import json
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..events import ToolCall
 from ..request import ToolRequest
-from .asgi import replay
+from .asgi import replay, with_body
 from .shape import parse_json as _json, sse_data as _sse_data, sse_events as _events
 
 
-@dataclass
-class Attempt:
-    """One request's answer: its plan once the parser made it, and whether this is the second."""
-    again: bool = False
-    plan: ToolRequest | None = None
-
-
-_ATTEMPT: ContextVar[Attempt | None] = ContextVar("toolbridge_attempt", default=None)
-
-
-def planned(req: ToolRequest) -> bool:
-    """Note the request's plan with its attempt; True when this answer is the second one, whose
-    call openings the adapter must hold back."""
-    attempt = _ATTEMPT.get()
-    if attempt is None:
-        return False
-    if attempt.plan is None:
-        attempt.plan = req
-    return attempt.again
+@dataclass(frozen=True)
+class Attempts:
+    """A checked chat request the route may answer twice: the body as sent, the body that asks for
+    the second answer (marked by the adapter), the request's plan and whether it streams."""
+    first: bytes
+    second: bytes
+    plan: ToolRequest
+    stream: bool
 
 
 def checked(plan: ToolRequest | None) -> bool:
@@ -60,23 +48,13 @@ def made_up(plan: ToolRequest | None, content: str | None, name: str, arguments:
     return bool(plan.invented(ToolCall("", name, arguments)))
 
 
-async def answer(app: Callable, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
-    """The route's answer to a chat request (`data`, its `body`), generated again when its first
+async def answer(app: Callable, scope: dict, receive: Callable, send: Callable, attempts: Attempts) -> None:
+    """The route's answer to a chat request, generated again from `attempts.second` when its first
     call made its values up."""
-    if not data.get("tools") or data.get("n") not in (None, 1):
-        await app(scope, replay(body, receive), send)
-        return
-    first = Attempt()
-    token = _ATTEMPT.set(first)
-    try:
-        out = _Stream(send, first) if data.get("stream") else _Whole(send, first)
-        await app(scope, replay(body, receive), out.send)
-        if not await out.dropped():
-            return
-        _ATTEMPT.set(Attempt(again=True))
-        await app(scope, replay(body, receive), out.second_send())
-    finally:
-        _ATTEMPT.reset(token)
+    out = _Stream(send, attempts.plan) if attempts.stream else _Whole(send, attempts.plan)
+    await app(scope, replay(attempts.first, receive), out.send)
+    if await out.dropped():
+        await app(with_body(scope, attempts.second), replay(attempts.second, receive), out.second_send())
 
 
 def _only_choice(data: Any) -> dict | None:
@@ -103,8 +81,8 @@ def _add_usage(usage: Any, tokens: int) -> None:
 class _Whole:
     """A whole (non-streamed) answer: held until it is read."""
 
-    def __init__(self, send: Callable, attempt: Attempt):
-        self._send, self._attempt = send, attempt
+    def __init__(self, send: Callable, plan: ToolRequest):
+        self._send, self._plan = send, plan
         self._start: dict | None = None
         self._chunks: list[bytes] = []
         self._spent = 0
@@ -124,7 +102,7 @@ class _Whole:
         choice = _only_choice(data)
         message = choice.get("message") if choice is not None else None
         call = _first_call(message.get("tool_calls")) if isinstance(message, dict) else None
-        if call is not None and made_up(self._attempt.plan, message.get("content"), *call):
+        if call is not None and made_up(self._plan, message.get("content"), *call):
             usage = data.get("usage")
             self._spent = usage.get("completion_tokens", 0) if isinstance(usage, dict) else 0
             return True
@@ -160,8 +138,8 @@ class _Stream:
 
     PASS, HOLD, DROP = "pass", "hold", "drop"
 
-    def __init__(self, send: Callable, attempt: Attempt):
-        self._send, self._attempt = send, attempt
+    def __init__(self, send: Callable, plan: ToolRequest):
+        self._send, self._plan = send, plan
         self._state = self.PASS
         self._decided = False
         self._text = ""  # content before the first call
@@ -219,7 +197,7 @@ class _Stream:
                     await self._decide()
                 return
             if self._state == self.PASS:
-                if self._text.strip() or not checked(self._attempt.plan):
+                if self._text.strip() or not checked(self._plan):
                     self._decided = True
                     return
                 self._state = self.HOLD
@@ -233,7 +211,7 @@ class _Stream:
 
     async def _decide(self) -> None:
         self._decided = True
-        if made_up(self._attempt.plan, self._text, self._name, self._arguments):
+        if made_up(self._plan, self._text, self._name, self._arguments):
             self._state, self._held = self.DROP, []
             return
         self._state, held, self._held = self.PASS, self._held, []
