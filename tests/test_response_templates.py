@@ -19,7 +19,7 @@ from toolsets import TOOLS
 
 from toolbridge.cli import main as cli
 from toolbridge.dialects import DIALECTS
-from toolbridge.prompt.chat_templates import FAMILIES, wrap
+from toolbridge.prompt.chat_templates import FAMILIES, thinking_behaviour, wrap
 from toolbridge.prompt.render import compile_template
 from toolbridge.prompt.response_template import WHY_NOT, NotExpressible, response_template, turn_markers
 
@@ -65,10 +65,15 @@ def test_every_packaged_template(family, dialect):
     template = wrap(FAMILIES[family].stock, dialect=dialect)
     spec = response_template(dialect, template, bos_token="<s>", eos_token="</s>")
     loaded = load_response_template(spec)
-    assert set(loaded.fields) == {"content", "tool_calls"} and loaded.implicit == "content"
+    # a family whose generation prompt opens a thinking block (DeepSeek-R1's) has the thinking field too
+    thinks = thinking_behaviour(template).opens
+    assert set(loaded.fields) == {"content", "tool_calls", *(["thinking"] if thinks else [])}
+    assert loaded.implicit == "content"
     start, ends = turn_markers(template, bos_token="<s>", eos_token="</s>")
     rendered = compile_template(template).render(messages=[{"role": "user", "content": "hi"}], tools=TOOLS,
                                                  add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+    if thinks:
+        rendered = rendered.rstrip().removesuffix("<think>")
     assert rendered.rstrip().endswith(start) and spec["start_anchor"] == start
     assert "</s>" in ends
 

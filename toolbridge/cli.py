@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.cmd == "list":
         for fam in FAMILIES.values():
-            print(f"{fam.name:8} dialect={fam.dialect:8} {fam.models}")
+            print(f"{fam.name:19} dialect={fam.dialect:8} {fam.models}")
     elif args.cmd == "path":
         path = template_path(args.name)
         if not path.is_file():

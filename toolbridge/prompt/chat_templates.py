@@ -17,6 +17,7 @@ from pathlib import Path
 import jinja2
 
 from ..dialects import DEFAULT_DIALECT, Dialect
+from ..thinking import DEFAULT_THINKING, Thinking, opened_by
 from .render import PRELUDE_END, baked, compile_template, environment, prelude
 from ..memo import Memo
 from ..options import env_name
@@ -93,6 +94,36 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            "{% if not loop.last %}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}"
            "{% else %}{{ '<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}"
            "{% if loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}"),
+    # The model's own template, verbatim (deepseek-ai/DeepSeek-R1-Distill-*, tokenizer_config.json; the
+    # source is in docs/dialects-and-templates.md): its generation prompt opens <think>, it drops
+    # everything up to </think> from earlier assistant turns, and its own tool-call branches are never
+    # reached behind the prelude.
+    Family("deepseek_r1_distill", "DeepSeek-R1-Distill-Qwen 1.5B-32B, -Llama 8B/70B (thinks first)",
+           r"{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+           r"{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+           r"{%- for message in messages %}{%- if message['role'] == 'system' %}"
+           r"{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}{{bos_token}}"
+           r"{{ns.system_prompt}}{%- for message in messages %}{%- if message['role'] == 'user' %}"
+           r"{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}"
+           r"{%- if message['role'] == 'assistant' and message['content'] is none %}"
+           r"{%- set ns.is_tool = false -%}{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}"
+           r"{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + "
+           r"tool['function']['name'] + '\n' + '```json' + '\n' + tool['function']['arguments'] + '\n' + "
+           r"'```' + '<｜tool▁call▁end｜>'}}{%- set ns.is_first = true -%}{%- else %}{{'\n' + "
+           r"'<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + "
+           r"'```json' + '\n' + tool['function']['arguments'] + '\n' + '```' + '<｜tool▁call▁end｜>'}}"
+           r"{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}"
+           r"{%- if message['role'] == 'assistant' and message['content'] is not none %}{%- if ns.is_tool %}"
+           r"{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}"
+           r"{%- set ns.is_tool = false -%}{%- else %}{% set content = message['content'] %}"
+           r"{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}"
+           r"{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}"
+           r"{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{%- if ns.is_output_first %}"
+           r"{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}"
+           r"{%- set ns.is_output_first = false %}{%- else %}{{'\n<｜tool▁output▁begin｜>' + "
+           r"message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}{%- endfor -%}"
+           r"{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}"
+           r"{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\n'}}{% endif %}"),
 )}
 
 _PROBE = "TOOLBRIDGE_SYSTEM_PROBE"
@@ -146,6 +177,35 @@ def writes_calls(template: str | None, dialect: Dialect) -> bool:
     return renders_tools(template) and written in (_probe(template, _PROBE_HISTORY) or "")
 
 
+_THOUGHT, _REASONING = "TOOLBRIDGE_THOUGHT_PROBE", "TOOLBRIDGE_REASONING_PROBE"
+
+
+@dataclass(frozen=True)
+class ThinkingBehaviour:
+    """What a template does with thinking, found by rendering it."""
+    opens: bool  # its generation prompt opens a thinking block (the model starts inside it)
+    keeps_content: bool  # thinking written in an earlier assistant turn's content reaches the prompt
+    keeps_reasoning: bool  # an earlier assistant turn's `reasoning_content` reaches the prompt
+
+
+def thinking_behaviour(template: str, thinking: Thinking = DEFAULT_THINKING) -> ThinkingBehaviour:
+    """How `template` treats thinking: whether its generation prompt opens a block, and whether an
+    earlier turn's thinking (in its content, or in `reasoning_content`) is written into the prompt.
+    A template that raises on the probe counts as doing neither."""
+    def render(assistant: dict) -> str:
+        messages = [{"role": "user", "content": "hi"}, {"role": "assistant", **assistant},
+                    {"role": "user", "content": "more"}]
+        try:
+            return compile_template(template).render(messages=messages, add_generation_prompt=True,
+                                                     bos_token="<s>", eos_token="</s>")
+        except jinja2.TemplateError:
+            return ""
+    in_content = render({"content": f"{thinking.open}{_THOUGHT}{thinking.close}ok"})
+    in_field = render({"content": "ok", "reasoning_content": _REASONING})
+    return ThinkingBehaviour(opens=bool(in_content) and opened_by(in_content, thinking),
+                             keeps_content=_THOUGHT in in_content, keeps_reasoning=_REASONING in in_field)
+
+
 def unwrap(template: str) -> str:
     """The stock part of a wrapped template (a template is never wrapped twice)."""
     head, sep, tail = template.partition(PRELUDE_END)
@@ -154,7 +214,10 @@ def unwrap(template: str) -> str:
 
 def wrap(stock: str, *, dialect: str = DEFAULT_DIALECT, example: bool = True,
          system_role: bool | None = None) -> str:
-    """A tool-capable template: the toolbridge prelude, then `stock` unchanged."""
+    """A tool-capable template: the toolbridge prelude, then `stock` unchanged. The stock template
+    still writes every turn, so its thinking behaviour is kept (`thinking_behaviour` is the same
+    before and after): a generation prompt that opens a thinking block, and old thinking dropped
+    or kept as it drops or keeps it, in call turns too."""
     stock = unwrap(stock)
     environment().parse(stock)  # a broken stock template fails here, not at the first request
     if system_role is None:
