@@ -8,9 +8,11 @@ this file.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, AsyncIterator, Mapping
 
 import llama_cpp
+import llama_cpp.llama_chat_format
 import numpy as np
 from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, JSON_GBNF, PRIMITIVE_RULES, RESERVED_NAMES,
@@ -20,7 +22,7 @@ from toolbridge.steer.vocab import Vocabulary
 
 __all__ = ["INVALID_RULE_CHARS_RE", "JSON_GBNF", "PRIMITIVE_RULES", "RESERVED_NAMES", "BuiltinRule",
            "ConverterBase", "GrammarSampler", "LlamaGrammar", "LlamaSampler", "base_seed", "compiles",
-           "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key", "reuse_cache",
+           "create_chat_completion", "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key", "reuse_cache",
            "sample_in_c", "sampler_chain", "token_text", "vocabulary"]
 
 
@@ -253,14 +255,15 @@ def authorized(scope: dict) -> bool:
     return scheme.lower() == "bearer" and token == settings.api_key
 
 
-def answer_as_written(app: Any, path: str = "/v1/chat/completions") -> None:
-    """The chat route's answer sent as the handler wrote it: the stock route validates it against
-    llama-cpp-python's response type, a TypedDict that drops the fields it does not know (the
-    thinking's `reasoning_content`, as llama-server names it). Streamed chunks are sent unvalidated
-    already."""
-    from fastapi.routing import APIRoute, request_response
+def create_chat_completion(llama: llama_cpp.Llama, handler_kwargs: Mapping[str, Any], **kwargs: Any) -> Any:
+    """Llama.create_chat_completion (its arguments and defaults, the model's chat handler, which the
+    server wraps to add the model's chat_template_kwargs), with `handler_kwargs` handed to the handler too."""
+    bound = _CREATE_CHAT.bind(llama, **kwargs)
+    bound.apply_defaults()
+    arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+    handler = (llama.chat_handler or llama._chat_handlers.get(llama.chat_format)
+               or llama_cpp.llama_chat_format.get_chat_completion_handler(llama.chat_format))
+    return handler(llama=llama, **arguments, **handler_kwargs)
 
-    for route in app.router.routes:
-        if isinstance(route, APIRoute) and route.path == path and route.response_field is not None:
-            route.response_field = None
-            route.app = request_response(route.get_route_handler())
+
+_CREATE_CHAT = inspect.signature(llama_cpp.Llama.create_chat_completion)

@@ -11,9 +11,8 @@ import json
 import math
 import time
 import uuid
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Mapping
 
 import llama_cpp
 from llama_cpp import LlamaGrammar
@@ -32,11 +31,28 @@ from .compat import token_text, vocabulary
 from .generate import EOG, LENGTH, TRIGGER, Sampling, Session
 from .grammar import entry_grammar, tool_grammar, user_grammar
 
-# What the server's request check hands the handler: the request's checked tool fields
-# ("checked", toolbridge.request.check: the handler plans from them, not checking again) and the
-# request fields llama-cpp-python's request model drops.
-REQUEST_CONTEXT: ContextVar[dict] = ContextVar("toolbridge_request_context", default={})
 REQUEST_KEYS = ("parallel_tool_calls", "stream_options", "reasoning_effort", "chat_template_kwargs")
+
+
+@dataclass(frozen=True)
+class ChatContext:
+    """What the handler's arguments lack of a chat request: the request fields llama-cpp-python's
+    request model drops (REQUEST_KEYS), and its tool fields as the server checked them (`checked`,
+    toolbridge.request.check: the handler plans from them, not checking again). The server's chat
+    route passes it (server.py); a caller of Llama.create_chat_completion passes the fields as keywords."""
+
+    checked: CheckedRequest | None = None
+    parallel_tool_calls: Any = None
+    stream_options: Any = None
+    reasoning_effort: Any = None
+    chat_template_kwargs: Any = None
+
+    @classmethod
+    def read(cls, data: Mapping[str, Any], checked: CheckedRequest | None = None) -> ChatContext:
+        """The context of a request body (or keywords) `data`."""
+        return cls(checked, **{k: data[k] for k in REQUEST_KEYS if k in data})
+
+
 ERROR_PREFIX = "toolbridge_invalid_request: "
 
 
@@ -56,18 +72,19 @@ def toolbridge_chat_handler(
     repeat_penalty: float = 1.1, model: str | None = None, logit_bias: dict | None = None, min_p: float = 0.05,
     typical_p: float = 1.0, tfs_z: float = 1.0, mirostat_mode: int = 0, mirostat_tau: float = 5.0,
     mirostat_eta: float = 0.1, logits_processor: Any = None, grammar: LlamaGrammar | None = None,
-    logprobs: bool | None = None, top_logprobs: int | None = None, **kwargs: Any,
+    logprobs: bool | None = None, top_logprobs: int | None = None, context: ChatContext | None = None,
+    **kwargs: Any,
 ) -> dict | Iterator[dict]:
     """llama-cpp-python's chat handler protocol. `kwargs` are the model's chat_template_kwargs
-    (toolbridge options tb_*, other template variables); per-request options that the
-    server's request model drops, and the checked tool fields, come from REQUEST_CONTEXT."""
-    request = {**REQUEST_CONTEXT.get(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs}}
+    (toolbridge options tb_*, other template variables), and the REQUEST_KEYS of a caller that passes
+    no `context` (they take the place of the context's)."""
+    context = replace(context or ChatContext(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs})
     try:
-        kwargs = with_thinking_budget(kwargs, request)
+        kwargs = with_thinking_budget(kwargs, context)
         p = prepare_answer(llama, messages=messages, tools=tools, tool_choice=tool_choice, functions=functions,
-                           function_call=function_call, parallel_tool_calls=request.get("parallel_tool_calls"),
+                           function_call=function_call, parallel_tool_calls=context.parallel_tool_calls,
                            stop=stop, grammar=grammar, response_format=response_format, logit_bias=logit_bias,
-                           options=kwargs, checked=request.get("checked"))
+                           options=kwargs, checked=context.checked)
     except BadRequest as e:
         if stream:
             return iter([e.body()])
@@ -87,19 +104,19 @@ def toolbridge_chat_handler(
                       guard=req.call_guard(), vocab=vocab)
     answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=opened_by(p.text))
     if stream:
-        return answer.chunks(bool((request.get("stream_options") or {}).get("include_usage")))
+        return answer.chunks(bool((context.stream_options or {}).get("include_usage")))
     return answer.response()
 
 
-def with_thinking_budget(options: dict, request: dict) -> dict:
+def with_thinking_budget(options: dict, context: ChatContext) -> dict:
     """The model's options with the request's own thinking budget, where it asks for one: its
     `chat_template_kwargs.tb_thinking_budget` (what a Messages `thinking.budget_tokens` becomes), else
     its `reasoning_effort` (toolbridge.thinking.EFFORT_BUDGETS). The other options are the model's."""
-    own = request.get("chat_template_kwargs")
+    own = context.chat_template_kwargs
     budget = own.get(BUDGET_KEY) if isinstance(own, dict) else None
     if budget is None:
         try:
-            budget = effort_budget(request.get("reasoning_effort"))
+            budget = effort_budget(context.reasoning_effort)
         except ValueError as e:
             raise BadRequest(str(e), param="reasoning_effort") from None
     return options if budget is None else {**options, BUDGET_KEY: budget}

@@ -16,38 +16,54 @@
   and rewrites what that model rejects although OpenAI clients send it (assistant
   `content: null`, list content outside user turns, role `developer`, tools without
   `parameters`, `response_format` json_schema, `max_completion_tokens`);
+- the chat route is toolbridge's (`serve_chat`): the stock route's steps, with the request's
+  context (handler.ChatContext: the fields the stock request model drops, the checked tool fields)
+  passed to the handler with the call;
 - `/v1/responses` and `/v1/messages` are served by translation into the chat route (routes.py).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import re
 from typing import Any, Callable
 
+import anyio
+import llama_cpp
 import llama_cpp.server.__main__ as server_main
+from fastapi import HTTPException, Request, status
+from fastapi.routing import APIRoute
+from llama_cpp.server import app as server_app
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
+from llama_cpp.server.types import CreateChatCompletionRequest
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
 from toolbridge.options import check_environment
-from toolbridge.serving.asgi import RequestCheck, check_request, send_json
+from toolbridge.serving.asgi import CHAT_PATH, Passed, RequestCheck, check_request, send_json
 
 from . import HANDLER_NAME, register
-from .compat import answer_as_written
+from .compat import create_chat_completion
 from .fields import adapt_request, check_fields
-from .handler import ERROR_PREFIX, REQUEST_CONTEXT, REQUEST_KEYS
+from .handler import ERROR_PREFIX, ChatContext
 from .prompt import check_options
 from .routes import AgentRoutes
 
 
+CONTEXT = "toolbridge_chat_context"  # the request state's key for the request's ChatContext
+
+
 class ToolbridgeMiddleware(RequestCheck):
     """The core's request check, plus the stock request model's validation and the rewrites
-    that make OpenAI clients' requests acceptable to it. The checked tool fields go on to the
-    handler (REQUEST_CONTEXT), which plans the answer from them without checking them again."""
+    that make OpenAI clients' requests acceptable to it. The request's context (the checked tool
+    fields, the fields the stock request model drops) goes on to the chat route in the request's
+    state, and from there to the handler, which plans the answer from it without checking again."""
 
-    def check(self, data: dict) -> bool:
+    def check(self, data: dict) -> Passed:
         adapt_request(data)
-        checked = check_request(data)
-        REQUEST_CONTEXT.set({"checked": checked, **{k: data[k] for k in REQUEST_KEYS if k in data}})
+        context = ChatContext.read(data, check_request(data))
         check_fields(data)
-        return True
+        return Passed({CONTEXT: context})
 
     def wrap_send(self, data: dict, send: Callable) -> Callable:
         return error_first_event_as_400(send) if data.get("stream") else send
@@ -131,9 +147,56 @@ def install() -> None:
     def create_app(settings: Any = None, server_settings: Any = None, model_settings: Any = None) -> Any:
         apply_defaults(server_settings, model_settings)
         app = original(settings=settings, server_settings=server_settings, model_settings=model_settings)
-        answer_as_written(app)
+        serve_chat(app)
         app.add_middleware(ToolbridgeMiddleware)
         app.add_middleware(AgentRoutes)  # outermost: its chat requests pass the guard too
         return app
 
     server_main.create_app = create_app
+
+
+def chat_call(context: ChatContext) -> Callable[..., Any]:
+    """What the chat route calls, as the stock route calls Llama.create_chat_completion: a model
+    served by toolbridge's handler gets the request's context with the call; any other model is
+    called as the stock route calls it."""
+
+    def call(llama: llama_cpp.Llama, **kwargs: Any) -> Any:
+        if llama.chat_format != HANDLER_NAME:
+            return llama.create_chat_completion(**kwargs)
+        return create_chat_completion(llama, {"context": context}, **kwargs)
+
+    return call
+
+
+async def create_chat_completion_route(request: Request, body: CreateChatCompletionRequest) -> Any:
+    """llama-cpp-python's chat route (llama_cpp.server.app.create_chat_completion), step for step:
+    the model lock, the request's logit_bias tokens, grammar and min_tokens, a stream through its
+    EventSourceResponse with its pings, disconnects and interrupt_requests; with `chat_call` in place
+    of Llama.create_chat_completion."""
+    llama_call = chat_call(getattr(request.state, CONTEXT, None) or ChatContext())
+    kwargs = body.model_dump(exclude={"n", "logit_bias_type", "user", "min_tokens"})
+    if kwargs.get("stream", False):
+        send_chan, recv_chan = anyio.create_memory_object_stream(10)
+        return EventSourceResponse(recv_chan, data_sender_callable=functools.partial(
+            server_app.get_event_publisher, request=request, inner_send_chan=send_chan, body=body,
+            body_model=body.model, llama_call=llama_call, kwargs=kwargs),
+            sep="\n", ping_message_factory=server_app._ping_message_factory)
+    async with contextlib.asynccontextmanager(server_app.get_llama_proxy)() as proxy:
+        llama = server_app.prepare_request_resources(body, proxy, body.model, kwargs)
+        if await request.is_disconnected():
+            print(f"Disconnected from client (via refresh/close) before llm invoked {request.client}")
+            raise HTTPException(status_code=status.HTTP_400_BAD_REQUEST, detail="Client closed request")
+        return await run_in_threadpool(llama_call, llama, **kwargs)
+
+
+def serve_chat(app: Any, path: str = "/v1" + CHAT_PATH) -> None:
+    """The app's chat route answered by `create_chat_completion_route`, behind the stock route's API key
+    check and error handler (RouteErrorHandler); its answer sent as the handler wrote it: the stock
+    route validates it against a TypedDict that drops the fields it does not know (the thinking's
+    `reasoning_content`, as llama-server names it). Streamed chunks are sent unvalidated already."""
+    routes = app.router.routes
+    for i, route in enumerate(routes):
+        if isinstance(route, APIRoute) and route.path == path:
+            routes[i] = type(route)(path, create_chat_completion_route, methods=sorted(route.methods),
+                                    dependencies=list(route.dependencies), summary=route.summary,
+                                    tags=list(route.tags), responses=dict(route.responses), response_model=None)

@@ -68,3 +68,18 @@ def test_a_retired_environment_variable_stops_the_start(monkeypatch):
     monkeypatch.setenv("TOOLBRIDGE_GROUNDED", "1")
     with pytest.raises(ValueError, match="TOOLBRIDGE_GROUNDED is no longer an option; TOOLBRIDGE_WORD_CHECKS"):
         server.install()
+
+
+def test_the_chat_route_hands_the_handler_the_requests_context(client, monkeypatch):
+    """The fields the stock request model drops reach the handler with the call (handler.ChatContext):
+    parallel_tool_calls as the plan reads it, stream_options as the stream's usage chunk."""
+    seen = []
+    real = handler.prepare_answer
+    monkeypatch.setattr(handler, "prepare_answer", lambda *a, **kw: seen.append(kw) or real(*a, **kw))
+    body = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}], "tools": TOOLS,
+            "max_tokens": 8, "temperature": 0, "stream": True, "parallel_tool_calls": False,
+            "stream_options": {"include_usage": True}}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    assert seen[0]["parallel_tool_calls"] is False and seen[0]["checked"] is not None
+    assert '"usage": {' in r.text.split("data: [DONE]")[0].rsplit("data: ", 1)[-1]

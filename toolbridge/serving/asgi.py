@@ -9,12 +9,14 @@ with a 500 or a non-OpenAI error (llama-cpp-python: every validation error, a bo
 JSON; vLLM: a body that is not UTF-8, a named tool_choice next to a tool without `function`).
 The check is pure ASGI (no framework import): it reads the body, refuses what is not a JSON
 object, runs the core's tool checks (`check_request`) and the adapter's own (`check`), and
-replays the body, rewritten when the adapter changed it.
+replays the body, rewritten when the adapter changed it, with what the adapter's check read of it
+for the route (`Passed`) in the request's scope state.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
 from ..apis import anthropic, responses, validate
 from ..errors import BadRequest
@@ -89,25 +91,33 @@ def _anthropic_error(e: BadRequest) -> dict:
     return anthropic.error_body(400, e.message)
 
 
+@dataclass(frozen=True)
+class Passed:
+    """A check's verdict on a body it passed and changed, with what the route needs of what the
+    check read: `state`, added to the request's scope state (ASGI `scope["state"]`, which Starlette
+    routes read as `request.state`), so that the route does not read it again."""
+    state: Mapping[str, Any]
+
+
 def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
 class RequestCheck:
     """Pure ASGI middleware for POST .../chat/completions. Subclasses add engine checks and
-    rewrites in `check` (return True when `data` was changed) and may wrap `send`."""
+    rewrites in `check` (return True when `data` was changed, or a `Passed`) and may wrap `send`."""
 
     def __init__(self, app: Any):
         self.app = app
 
-    def check(self, data: dict) -> bool:
+    def check(self, data: dict) -> bool | Passed:
         check_chat(data)
         return False
 
     def wrap_send(self, data: dict, send: Callable) -> Callable:
         return send
 
-    def route(self, path: str) -> tuple[str, Callable[[dict], Any], Callable[[BadRequest], dict]] | None:
+    def route(self, path: str) -> tuple[str, Callable[[dict], bool | Passed], Callable[[BadRequest], dict]] | None:
         """The API, the check and the error shape for a path, or None for a path it lets through."""
         if path.endswith(CHAT_PATH):
             return CHAT, self.check, _openai_error
@@ -132,13 +142,15 @@ class RequestCheck:
         body = await receive_body(receive)
         try:
             data = read_body(body)
-            changed = check(data) is True
+            verdict = check(data)
         except BadRequest as e:
             await send_json(send, 400, error_body(e))
             return
-        if changed:
+        if verdict is True or isinstance(verdict, Passed):
             body = json.dumps(data).encode("utf-8")
             scope = with_body(scope, body)
+        if isinstance(verdict, Passed):
+            scope["state"] = {**scope.get("state", {}), **verdict.state}
         await shaped.run(lambda out: self.answer(scope, body, receive, self.wrap_send(data, out), data))
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
