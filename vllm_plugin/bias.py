@@ -36,7 +36,7 @@ from toolbridge.steer.args import from_args, thinking_from_args
 from toolbridge.steer.callguard import POINTS, CallGuard
 from toolbridge.steer.logits import Edit, token_changes, write
 from toolbridge.steer.ending import Ending
-from toolbridge.steer.steering import Steering
+from toolbridge.steer.steering import BAN, Steering
 from toolbridge.steer.thinking import PROMPT_TAIL, ThinkingEnd
 from toolbridge.steer.vocab import Vocabulary, hf_vocabulary
 
@@ -178,8 +178,8 @@ class CallBias(LogitsProcessor):
         if guard is not None and not guard.armed:
             marks = self._vocab.marks(guard.firsts)
         ending = self._vocab.ending(guard.follow) if guard is not None else None
-        answer = _Answer(output_ids, steering, guard, marks, ending, _end_tokens(params) if ending is not None else (),
-                         thinking)
+        ends = _end_tokens(params) if ending is not None or (thinking is not None and thinking.forced) else ()
+        answer = _Answer(output_ids, steering, guard, marks, ending, ends, thinking)
         return answer if thinking is not None or answer.ruled or answer.watching else None
 
     def _place(self, row: int, a: _Answer) -> None:
@@ -290,8 +290,9 @@ class CallBias(LogitsProcessor):
                 ended.append(row)
                 continue
             only = thinking.only()
-            if only is not None:
-                edits.append((row, (), only))
+            unended = [(t, BAN) for t in a.ends] if thinking.forced and only is None else ()
+            if only is not None or unended:
+                edits.append((row, unended, only))
         for row in ended:
             a = self._thinking.pop(row)
             a.thinking, a.start = None, a.read

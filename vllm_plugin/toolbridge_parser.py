@@ -28,6 +28,8 @@ from toolbridge.parsing.answer import TextOnly
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.parsing.stream import StreamParser
 from toolbridge.steer.args import ARG, to_args
+from toolbridge.steer.thinking import ThinkingEnd
+from toolbridge.thinking import BUDGET_OPTION, DEFAULT_THINKING, with_effort
 from toolbridge.steer.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
 from vllm_plugin.middleware import AGAIN, install as install_request_check
@@ -86,10 +88,16 @@ class ToolbridgeToolParser(ToolParser):
         if sent.get(AGAIN):  # the request check asks for this request's answer again, in text
             request.vllm_xargs = xargs
             return _in_text(request, req, self.model_tokenizer)
-        steering = None
-        if req.steer and self.model_tokenizer is not None:
-            steering = req.steering(hf_vocabulary(self.model_tokenizer))
-        xargs.update(to_args(steering, req.call_guard()))
+        steering = thinking = None
+        if self.model_tokenizer is not None:
+            vocab = hf_vocabulary(self.model_tokenizer)
+            steering = req.steering(vocab) if req.steer else None
+            # where the prompt opens a thinking block, the logits processor starts the rules at its end
+            thinking = ThinkingEnd.for_thinking(DEFAULT_THINKING, vocab.encode, req.decisions.thinking_budget,
+                                                forced=req.force is not None)
+            if getattr(request, "thinking_token_budget", None) is not None:
+                request.thinking_token_budget = None  # the budget is the processor's now, not also vLLM's
+        xargs.update(to_args(steering, req.call_guard(), thinking))
         request.vllm_xargs = xargs
         tag = structural_tag(req) if StructuredOutputsParams is not None else None
         if tag is not None:
@@ -192,7 +200,7 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     if kept is not None and kept[0]() is request:
         return kept[1]
     try:
-        kw = dict(_chat_fields(request), template_kwargs=getattr(request, "chat_template_kwargs", None),
+        kw = dict(_chat_fields(request), template_kwargs=_template_kwargs(request),
                   tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
         user = user_constraint(request)
         own = _own_plan(kw, user) if isinstance(user, str) else None
@@ -204,6 +212,21 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     except TypeError:  # an object without weak references: planned again when asked again
         pass
     return req
+
+
+def _template_kwargs(request: Any) -> dict | None:
+    """The request's chat_template_kwargs with the thinking budget it asks for, where they name none:
+    vLLM's own `thinking_token_budget` (what a Messages `thinking.budget_tokens` becomes), else its
+    reasoning effort (Chat `reasoning_effort`, Responses `reasoning.effort`)."""
+    own = getattr(request, "chat_template_kwargs", None)
+    budget = getattr(request, "thinking_token_budget", None)
+    if budget is not None and not (own and own.get(BUDGET_OPTION) is not None):
+        own = {**(own or {}), BUDGET_OPTION: budget}
+    effort = getattr(request, "reasoning_effort", None) or getattr(getattr(request, "reasoning", None), "effort", None)
+    try:
+        return with_effort(own, effort)
+    except ValueError:  # an effort toolbridge has no budget for: vLLM's own handling of it stands
+        return own
 
 
 def _forget(key: int, ref: weakref.ref) -> None:

@@ -1,6 +1,7 @@
 """Where a thinking block the prompt opened ends, read token by token as an engine generates it, and
 its budget: past `budget` tokens the close marker is written for the model (the answer held to its
-tokens one at a time), so that the answer comes, and a forced call with it.
+tokens one at a time), so that the answer comes, and a forced call with it. Where the answer must call
+(`forced`), the model may not end inside the thinking either: it thinks on to the marker or the budget.
 
 A logits processor that steers or guards an answer starts all of that at the thinking's end: the
 answer's first token is the one after the token that completes the close marker. llama.cpp's session
@@ -22,21 +23,22 @@ PROMPT_TAIL = 16
 class ThinkingEnd:
     """One answer's thinking, fed the text of each token the model writes inside it."""
 
-    __slots__ = ("thinking", "close", "tokens", "budget", "count", "closed", "_seen")
+    __slots__ = ("thinking", "close", "tokens", "budget", "forced", "count", "closed", "_seen")
 
-    def __init__(self, thinking: Thinking, tokens: tuple[int, ...], budget: int | None):
+    def __init__(self, thinking: Thinking, tokens: tuple[int, ...], budget: int | None, forced: bool = False):
         self.thinking = thinking
         self.close = thinking.close
         self.tokens = tokens  # the close marker in the model's tokens, written for it at the budget
         self.budget = budget
+        self.forced = forced  # the answer must call: no end of the answer inside the thinking
         self.count = 0  # tokens read inside the thinking
         self.closed = False
         self._seen = ""  # the end of the text read, one character short of the marker
 
     @classmethod
-    def for_thinking(cls, thinking: Thinking, encode: Callable[[str], list[int]],
-                     budget: int | None) -> "ThinkingEnd":
-        return cls(thinking, tuple(encode(thinking.close)), budget)
+    def for_thinking(cls, thinking: Thinking, encode: Callable[[str], list[int]], budget: int | None,
+                     forced: bool = False) -> "ThinkingEnd":
+        return cls(thinking, tuple(encode(thinking.close)), budget, forced)
 
     def opened_by(self, prompt_tail: str) -> bool:
         """Whether a prompt whose last tokens (PROMPT_TAIL) read `prompt_tail` leaves the block open."""
@@ -61,7 +63,8 @@ class ThinkingEnd:
         return (self.tokens[k],) if 0 <= k < len(self.tokens) else None
 
     def pack(self) -> dict:
-        return {"thinking": self.thinking.name, "tokens": list(self.tokens), "budget": self.budget}
+        return {"thinking": self.thinking.name, "tokens": list(self.tokens), "budget": self.budget,
+                "forced": self.forced}
 
     @classmethod
     def unpack(cls, data: Mapping[str, Any] | None) -> "ThinkingEnd | None":
@@ -76,4 +79,4 @@ class ThinkingEnd:
             return None
         if budget is not None and (type(budget) is not int or budget < 0):
             return None
-        return cls(thinking, tuple(tokens), budget)
+        return cls(thinking, tuple(tokens), budget, data.get("forced") is True)

