@@ -94,14 +94,20 @@ def test_auto_keeps_thinking_and_markup_out_of_content(client):
 def test_official_clients_read_thinking_before_the_calls(server, stream):
     """The anthropic client reads a thinking block before tool_use; the openai client a reasoning item
     before the function_call."""
+    official_clients_read_thinking_first(f"http://127.0.0.1:{server.port}", "smol", stream)
+
+
+def official_clients_read_thinking_first(root: str, model: str, stream: bool) -> None:
+    """A forced call asked through the official anthropic (Messages) and openai (Responses) clients comes
+    after the thinking: a `thinking` block before the `tool_use`, a `reasoning` item before the
+    `function_call` (with its reasoning text deltas when streamed)."""
     import anthropic
     import openai
 
-    root = f"http://127.0.0.1:{server.port}"
     ant = anthropic.Anthropic(base_url=root, api_key="unused", max_retries=0, timeout=300)
     tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
               "input_schema": t["function"]["parameters"]} for t in TOOLS]
-    kw = dict(model="smol", max_tokens=96, messages=[{"role": "user", "content": ASKS[0]}], tools=tools,
+    kw = dict(model=model, max_tokens=96, messages=[{"role": "user", "content": ASKS[0]}], tools=tools,
               tool_choice={"type": "any"}, extra_body={"temperature": 0})
     if stream:
         with ant.messages.stream(**kw) as s:
@@ -111,12 +117,12 @@ def test_official_clients_read_thinking_before_the_calls(server, stream):
     assert [b.type for b in msg.content][:1] == ["thinking"] and msg.content[-1].type == "tool_use", msg.content
     assert msg.content[0].thinking
     oai = openai.OpenAI(base_url=root + "/v1", api_key="unused", max_retries=0, timeout=300)
-    rkw = dict(model="smol", input=ASKS[0], tools=[{"type": "function", **t["function"]} for t in TOOLS],
+    rkw = dict(model=model, input=ASKS[0], tools=[{"type": "function", **t["function"]} for t in TOOLS],
                tool_choice="required", temperature=0, max_output_tokens=96)
     if stream:
         events = list(oai.responses.create(stream=True, **rkw))
         resp = events[-1].response
-        assert any(e.type == "response.reasoning_text.delta" for e in events)
+        assert any(e.type == "response.reasoning_text.delta" for e in events), [e.type for e in events]
     else:
         resp = oai.responses.create(**rkw)
     kinds = [i.type for i in resp.output]

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from servers import require
-from test_thinking_e2e import ASKS, BUDGET, FORCED, MARKERS, TOOLS, ask
+from test_thinking_e2e import ASKS, BUDGET, FORCED, MARKERS, ask, official_clients_read_thinking_first
 
 pytestmark = [pytest.mark.e2e, pytest.mark.vllm]
 
@@ -72,31 +72,4 @@ def test_a_request_sets_its_own_budget(server, client):
 def test_official_clients_read_thinking_before_the_calls(server, stream):
     """vLLM's own Messages and Responses routes, through the same parser: the anthropic client reads a
     thinking block before tool_use; the openai client a reasoning item before the function_call."""
-    import anthropic
-    import openai
-
-    root = f"http://127.0.0.1:{server.port}"
-    ant = anthropic.Anthropic(base_url=root, api_key="unused", max_retries=0, timeout=300)
-    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
-              "input_schema": t["function"]["parameters"]} for t in TOOLS]
-    kw = dict(model="smollm2", max_tokens=96, messages=[{"role": "user", "content": ASKS[0]}], tools=tools,
-              tool_choice={"type": "any"}, extra_body={"temperature": 0})
-    if stream:
-        with ant.messages.stream(**kw) as s:
-            msg = s.get_final_message()
-    else:
-        msg = ant.messages.create(**kw)
-    assert [b.type for b in msg.content][:1] == ["thinking"] and msg.content[-1].type == "tool_use", msg.content
-    assert msg.content[0].thinking
-    oai = openai.OpenAI(base_url=root + "/v1", api_key="unused", max_retries=0, timeout=300)
-    rkw = dict(model="smollm2", input=ASKS[0], tools=[{"type": "function", **t["function"]} for t in TOOLS],
-               tool_choice="required", temperature=0, max_output_tokens=96)
-    if stream:
-        events = list(oai.responses.create(stream=True, **rkw))
-        resp = events[-1].response
-        assert any(e.type == "response.reasoning_text.delta" for e in events), [e.type for e in events]
-    else:
-        resp = oai.responses.create(**rkw)
-    kinds = [i.type for i in resp.output]
-    assert kinds[0] == "reasoning" and kinds[-1] == "function_call", kinds
-    assert resp.output[0].content[0].text
+    official_clients_read_thinking_first(f"http://127.0.0.1:{server.port}", "smollm2", stream)
