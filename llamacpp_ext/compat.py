@@ -18,12 +18,12 @@ from llama_cpp._internals import LlamaSampler
 from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, JSON_GBNF, PRIMITIVE_RULES, RESERVED_NAMES,
                                      BuiltinRule, LlamaGrammar, SchemaConverter)
 
-from toolbridge.steer.vocab import Vocabulary
+from toolbridge.engine import Vocabulary
 
 __all__ = ["INVALID_RULE_CHARS_RE", "JSON_GBNF", "PRIMITIVE_RULES", "RESERVED_NAMES", "BuiltinRule",
            "ConverterBase", "GrammarSampler", "LlamaGrammar", "LlamaSampler", "base_seed", "compiles",
-           "create_chat_completion", "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key", "reuse_cache",
-           "sample_in_c", "sampler_chain", "token_text", "vocabulary"]
+           "create_chat_completion", "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key",
+           "reuse_cache", "sample_in_c", "sampler_chain", "token_text", "vocabulary"]
 
 
 def model_key(llama: llama_cpp.Llama) -> tuple[str, int]:
@@ -37,7 +37,8 @@ def vocabulary(llama: llama_cpp.Llama) -> Vocabulary:
     calls the model's tokenizer, so it lives exactly as long as the model does."""
     vocab = llama.__dict__.get(_VOCABULARY)
     if vocab is None:
-        vocab = Vocabulary(("llama.cpp", *model_key(llama)),
+        key = ("llama.cpp", *model_key(llama))
+        vocab = Vocabulary(key,
                            lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False),
                            lambda t: llama.detokenize([t]).decode("utf-8", "replace"), llama.n_vocab())
         llama.__dict__[_VOCABULARY] = vocab

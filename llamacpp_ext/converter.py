@@ -11,8 +11,7 @@ import logging
 import math
 from typing import Any
 
-from toolbridge.jsondata import json_string
-from toolbridge.schema import engine_schema, resolve_ref
+from toolbridge.engine import engine_schema, json_string, resolve_ref
 
 from .compat import INVALID_RULE_CHARS_RE, RESERVED_NAMES, BuiltinRule, ConverterBase
 from .regex import Unsupported, pattern_to_gbnf

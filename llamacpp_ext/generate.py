@@ -26,10 +26,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
-from toolbridge.steer.callguard import CallGuard
-from toolbridge.steer.logits import token_changes, write
-from toolbridge.steer.steering import BAN, Steering
-from toolbridge.steer.vocab import Vocabulary
+from toolbridge.engine import BAN, BadRequest, CallGuard, Steering, Vocabulary, token_changes, write
 
 from .compat import (GrammarSampler, base_seed, end_tokens, grammar_text, input_ids, is_end_of_generation,
                      last_logits, reuse_cache, sample_in_c, sampler_chain)
@@ -54,6 +51,22 @@ class Sampling:
     mirostat_eta: float = 0.1
     logit_bias: dict[int, float] = field(default_factory=dict)
     processors: list[Callable[[Any, Any], Any]] = field(default_factory=list)  # in-process callers' own
+
+
+def logit_bias_ids(llama: llama_cpp.Llama, logit_bias: Any) -> dict[int, float]:
+    """The request's logit_bias as token ids and finite numbers (llama.cpp reads the ids as
+    indexes into the vocabulary: an id outside it is a bad request, not a crash)."""
+    out: dict[int, float] = {}
+    for key, value in (logit_bias or {}).items():
+        try:
+            token, change = int(key), float(value)
+        except (TypeError, ValueError):
+            raise BadRequest(f"logit_bias maps token ids to numbers; got {key!r}: {value!r}.", param="logit_bias") from None
+        if not 0 <= token < llama.n_vocab() or math.isnan(change):
+            raise BadRequest(f"logit_bias token id {key!r} is not in the vocabulary (0..{llama.n_vocab() - 1}).",
+                             param="logit_bias")
+        out[token] = change
+    return out
 
 
 class Sampler:
@@ -173,13 +186,15 @@ class Session:
         self.ended = ""
         self.trigger: str | None = None  # the trigger the last phase ended at
 
-    def restart(self, held: Sequence[int]) -> None:
-        """Back to the answer's start (after the prompt, and the thinking), to generate the answer anew
-        without steering or a call guard and with the tokens `held` banned at every step."""
+    def again(self, held: Sequence[int]) -> Iterator[str]:
+        """The answer generated anew from its start (after the prompt, and the thinking), without
+        steering or a call guard and with the tokens `held` banned at every step: its first call made
+        its values up. What was generated before still counts in usage and against max_tokens."""
         self.tokens = self.tokens[:self.start]
         self.text = self.text[:self.text_start]
         self.steering = self.guard = None
         self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, BAN)})
+        return self.phase()
 
     @property
     def budget(self) -> int:

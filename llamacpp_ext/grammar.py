@@ -14,16 +14,12 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from toolbridge.jsondata import json_string
-from toolbridge.dialects import Dialect
-from toolbridge.errors import BadRequest
-from toolbridge.constrain.grammar import Entry, constrain, frames, separator
-from toolbridge.memo import Memo
-from toolbridge.request import ToolSet
-from toolbridge.tools import Tool, ToolChoice
+from toolbridge.engine import (BadRequest, Dialect, Entry, LAZY, Memo, STRICT, Tool, ToolChoice, ToolRequest, ToolSet,
+                               constrain, frames, json_string, separator)
 
 from .compat import JSON_GBNF, LlamaGrammar, compiles, grammar_text, model_key
 from .converter import schema_grammar, schema_rules
+from .model import Model
 
 log = logging.getLogger("toolbridge.llamacpp")
 
@@ -86,17 +82,40 @@ def entry_grammar(llama: llama_cpp.Llama, toolset: ToolSet, entry: Entry, choice
                     entry.dialect, choice, False, entry.trigger, entry.formats)
 
 
-_RESPONSE: Memo[LlamaGrammar] = Memo(128)
+def answer_grammar(model: Model, req: ToolRequest, user: LlamaGrammar | None) -> LlamaGrammar | None:
+    """The grammar the whole answer is generated under: the calls' for `required` and named, none for
+    `auto` (a call's constraint is armed by its trigger: `entry_grammar`), else the user's."""
+    if req.mode == STRICT:
+        return tool_grammar(model.llama, req.toolset, req.dialect, req.choice,
+                            parallel=req.parallel and req.choice.mode == "required", formats=req.decisions.formats)
+    return user if req.mode != LAZY else None
 
 
-def response_grammar(llama: llama_cpp.Llama, response_format: Any) -> LlamaGrammar | None:
-    """The grammar for a json_object response_format (with or without a schema)."""
-    if not isinstance(response_format, dict) or response_format.get("type") != "json_object":
+def constrains(grammar: LlamaGrammar | None, response_format: Any) -> bool:
+    """Whether a request constrains its answer itself (`user_grammar` is its constraint)."""
+    return grammar is not None or _json_object(response_format)
+
+
+def _json_object(response_format: Any) -> bool:
+    return isinstance(response_format, dict) and response_format.get("type") == "json_object"
+
+
+def user_grammar(model: Model, grammar: LlamaGrammar | None, response_format: Any) -> LlamaGrammar | None:
+    """The request's own constraint, checked (the stock server would crash on a bad grammar): its
+    grammar, or the grammar of a json_object response_format (with or without a schema)."""
+    if grammar is not None:
+        if not compiles(model.llama, *grammar_text(grammar)):
+            raise BadRequest("grammar is not a valid GBNF grammar.", param="grammar", code="invalid_grammar")
+        return grammar
+    if not _json_object(response_format):
         return None
     schema = response_format.get("schema")
     if not isinstance(schema, dict):
         return LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-    return _RESPONSE.get((model_key(llama), json.dumps(schema, sort_keys=True)), lambda: _schema_grammar(llama, schema))
+    return _RESPONSE.get((model.key, json.dumps(schema, sort_keys=True)), lambda: _schema_grammar(model.llama, schema))
+
+
+_RESPONSE: Memo[LlamaGrammar] = Memo(128)
 
 
 def _schema_grammar(llama: llama_cpp.Llama, schema: dict) -> LlamaGrammar:
@@ -111,12 +130,3 @@ def _schema_grammar(llama: llama_cpp.Llama, schema: dict) -> LlamaGrammar:
     except CONVERSION_ERRORS as e:
         log.warning("toolbridge: response_format schema not converted (%s); using generic JSON", e)
     return LlamaGrammar.from_string(text, verbose=False)
-
-
-def user_grammar(llama: llama_cpp.Llama, grammar: LlamaGrammar | None, response_format: Any) -> LlamaGrammar | None:
-    """The request's own constraint, checked (the stock server would crash on a bad grammar)."""
-    if grammar is not None:
-        if not compiles(llama, *grammar_text(grammar)):
-            raise BadRequest("grammar is not a valid GBNF grammar.", param="grammar", code="invalid_grammar")
-        return grammar
-    return response_grammar(llama, response_format)

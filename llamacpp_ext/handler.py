@@ -1,14 +1,15 @@
 """The `toolbridge` chat handler: OpenAI tool calls from a model whose template has none.
 
-A request goes: the core's decision (toolbridge.request.prepare; 400 on bad input) -> prompt
-(the model's template behind the core's prelude, prompt.py) -> generation (generate.Session:
-lazy grammar for `auto`, strict for `required` and named, none for plain text) -> the core's
-parser -> an OpenAI response, or chunks (toolbridge.deltas).
+A request goes top down, each step handed what the one before decided: the model's facts, read once
+(model.py) -> the request's plan (`prepare_answer`: the request's own constraint, the core's decision,
+400 on bad input; the prompt, the model's template behind the core's prelude, prompt.py; the grammar
+the answer is generated under) -> generation (generate.Session: lazy grammar for `auto`, strict for
+`required` and named, none for plain text) -> the core's parser -> an OpenAI response, or chunks.
+The core is reached through toolbridge.engine.
 """
 from __future__ import annotations
 
 import json
-import math
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -17,19 +18,14 @@ from typing import Any, Iterator, Mapping
 import llama_cpp
 from llama_cpp import LlamaGrammar
 
-from toolbridge import BadRequest
-from toolbridge.deltas import delta, message
-from toolbridge.events import CallEnd, Event, ToolCall
-from toolbridge.constrain.grammar import Entry
-from toolbridge.parsing.answer import collect
-from toolbridge.parsing.thinking import PlainText, ThinkingSplit
-from toolbridge.request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, check, plan
-from toolbridge.thinking import DEFAULT_THINKING, effort_budget, opened_by
+from toolbridge.engine import (BadRequest, CallEnd, CheckedRequest, DEFAULT_THINKING, Entry, Event, PLAIN, PlainText,
+                               ThinkingSplit, ToolCall, ToolRequest, check, collect, delta, effort_budget, message,
+                               opened_by, plan)
 
 from . import prompt
-from .compat import token_text, vocabulary
-from .generate import EOG, LENGTH, TRIGGER, Sampling, Session
-from .grammar import entry_grammar, tool_grammar, user_grammar
+from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, logit_bias_ids
+from .grammar import answer_grammar, constrains, entry_grammar, user_grammar
+from .model import Model, model_of
 
 REQUEST_KEYS = ("parallel_tool_calls", "stream_options", "reasoning_effort", "chat_template_kwargs")
 
@@ -90,19 +86,17 @@ def toolbridge_chat_handler(
             return iter([e.body()])
         raise RequestError(e) from None
 
-    eos = token_text(llama, llama.token_eos())
     sampling = Sampling(temp=temperature, top_p=top_p, top_k=top_k, min_p=min_p, typical_p=typical_p,
                         repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                         frequency_penalty=frequency_penalty, mirostat_mode=mirostat_mode,
                         mirostat_tau=mirostat_tau, mirostat_eta=mirostat_eta,
                         logit_bias=p.logit_bias, processors=list(logits_processor or []))
-    req = p.req
-    vocab = vocabulary(llama)
+    req, vocab, eos = p.req, p.model.vocab, p.model.eos
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])],
                       steering=req.steering(vocab) if req.steer and p.entries else None,
                       guard=req.call_guard(), vocab=vocab)
-    answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=opened_by(p.text))
+    answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=p.thinking)
     if stream:
         return answer.chunks(bool((context.stream_options or {}).get("include_usage")))
     return answer.response()
@@ -125,16 +119,18 @@ def with_thinking_budget(options: dict, context: ChatContext) -> dict:
 BUDGET_KEY = "tb_thinking_budget"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
-    """Everything decided before generation starts."""
+    """Everything decided before generation starts, made once (`prepare_answer`)."""
 
+    model: Model
     req: ToolRequest
     grammar: LlamaGrammar | None  # the constraint the whole answer is generated under
     entries: list[Entry]  # auto: the triggers that arm a call's constraint (lazy), else none
     logit_bias: dict[int, float]
     text: str  # the prompt
     tokens: list[int]
+    thinking: bool  # the prompt opened a thinking block: the model's text starts inside it
 
 
 def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_choice: Any, functions: Any,
@@ -143,47 +139,22 @@ def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_c
                    checked: CheckedRequest | None = None) -> Prepared:
     """The request's plan, constraint and prompt (BadRequest for a request that must be 400).
     `checked`: the request's tool fields as the server's request check read them (else read here)."""
+    model = model_of(llama)
     try:
-        user = user_grammar(llama, grammar, response_format)
+        user = user_grammar(model, grammar, response_format)
         if checked is None:
             checked = check(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
                             function_call=function_call, parallel_tool_calls=parallel_tool_calls, stop=stop)
-        req = plan(checked, template_kwargs=options, user_constraint=user is not None,
-                   tool_trained=prompt.tool_trained(llama))
-        constraint = _constraint(llama, req, user)
-        bias = _logit_bias(llama, logit_bias)
-        text = prompt.render(llama, messages, req, options)
-        tokens = prompt.tokenize(llama, text)
+        req = plan(checked, template_kwargs=options, user_constraint=constrains(grammar, response_format),
+                   tool_trained=model.tool_trained)
+        bias = logit_bias_ids(llama, logit_bias)
+        text, tokens = prompt.build(model, messages, req, options)
     except ValueError as e:  # BadRequest included
         raise e if isinstance(e, BadRequest) else BadRequest(str(e)) from None
     if len(tokens) >= llama.n_ctx():
         raise BadRequest(f"Requested tokens ({len(tokens)}) exceed context window of {llama.n_ctx()}",
                          param="messages", code="context_length_exceeded")
-    return Prepared(req, constraint, req.entries, bias, text, tokens)
-
-
-def _constraint(llama: llama_cpp.Llama, req: ToolRequest, user: LlamaGrammar | None) -> LlamaGrammar | None:
-    """The grammar the whole answer is generated under (none for auto: see `entries`)."""
-    if req.mode == STRICT:
-        return tool_grammar(llama, req.toolset, req.dialect, req.choice,
-                            parallel=req.parallel and req.choice.mode == "required", formats=req.decisions.formats)
-    return user if req.mode != LAZY else None
-
-
-def _logit_bias(llama: llama_cpp.Llama, logit_bias: Any) -> dict[int, float]:
-    """The request's logit_bias as token ids and finite numbers (llama.cpp reads the ids as
-    indexes into the vocabulary: an id outside it is a bad request, not a crash)."""
-    out: dict[int, float] = {}
-    for key, value in (logit_bias or {}).items():
-        try:
-            token, change = int(key), float(value)
-        except (TypeError, ValueError):
-            raise BadRequest(f"logit_bias maps token ids to numbers; got {key!r}: {value!r}.", param="logit_bias") from None
-        if not 0 <= token < llama.n_vocab() or math.isnan(change):
-            raise BadRequest(f"logit_bias token id {key!r} is not in the vocabulary (0..{llama.n_vocab() - 1}).",
-                             param="logit_bias")
-        out[token] = change
-    return out
+    return Prepared(model, req, answer_grammar(model, req, user), req.entries, bias, text, tokens, opened_by(text))
 
 
 class Answer:
@@ -228,8 +199,8 @@ class Answer:
             call = s.phase(grammar=entry_grammar(s.llama, req.toolset, self.entries[s.trigger], req.choice))
             if checked:  # held whole until its values are checked (toolbridge.steer.grounding)
                 text = "".join([*held, *call])
-                if s.ended == EOG and any(map(req.invented, req.parse(text).calls)):
-                    yield from self._again()
+                if s.ended == EOG and any(map(req.invented, req.parse(text).calls)):  # made up: answered anew
+                    yield from s.again(req.steering(s.vocab).openings)
                     return
                 yield text
             else:
@@ -237,14 +208,6 @@ class Answer:
             if s.ended != EOG or not req.parallel:
                 return
             called = True
-
-    def _again(self) -> Iterator[str]:
-        """The answer generated anew from the prompt, every token that may open a call held back at
-        every step: its first call made its values up. What it generated before still counts in usage
-        and against max_tokens."""
-        s = self.session
-        s.restart(self.req.steering(s.vocab).openings)
-        yield from s.phase()
 
     def _event_batches(self) -> Iterator[list[Event]]:
         parser = ThinkingSplit(PlainText() if self.req.mode == PLAIN else self.req.parser(), opened=self.thinking)

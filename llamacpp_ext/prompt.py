@@ -19,25 +19,20 @@ from typing import Any, Sequence
 import jinja2
 import llama_cpp
 
-from toolbridge.dialects import Dialect
-from toolbridge.prompt.chat_templates import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
-from toolbridge.memo import Memo
-from toolbridge.options import KEYS, resolve
-from toolbridge.prompt.render import compile_template, tools_instruction
-from toolbridge.request import PLAIN, ToolRequest
+from toolbridge.engine import (Dialect, FAMILIES, KEYS, Memo, PLAIN, ToolRequest, compile_template, read_stock,
+                               resolve, template_path, tools_instruction, wrap, writes_calls)
 
-from .compat import model_key, token_text
+from .model import Model
 
 log = logging.getLogger("toolbridge.llamacpp")
 _TEMPLATES: Memo[tuple[jinja2.Template, bool]] = Memo(64)
 
 
-def stock_template(llama: llama_cpp.Llama | None, source: str | None) -> str:
-    """The stock template named by `source` (None or "gguf": the model's own)."""
+def stock_template(own: str | None, source: str | None) -> str:
+    """The stock template named by `source` (None or "gguf": the model's `own`)."""
     if source in (None, "", "gguf"):
-        stock = (llama.metadata or {}).get("tokenizer.chat_template") if llama is not None else None
-        if stock:
-            return stock
+        if own:
+            return own
         log.warning("toolbridge: the model has no chat template; using the packaged chatml one")
         source = "chatml"
     if source in FAMILIES:
@@ -55,41 +50,30 @@ def check_options(options: dict) -> None:
         stock_template(None, source or "chatml")
 
 
-def template(llama: llama_cpp.Llama, req: ToolRequest) -> tuple[jinja2.Template, bool]:
+def template(model: Model, req: ToolRequest) -> tuple[jinja2.Template, bool]:
     """The tool-capable template for this model and the request's options (built once), and
     whether it is the model's own tool template (`native`) rather than a stock template behind
     the prelude."""
     o = req.options
-    return _TEMPLATES.get((model_key(llama), o.template, o.dialect.name, o.example, o.system_role),
-                          lambda: _build_template(llama, o.template, o.dialect, o.example, o.system_role))
+    return _TEMPLATES.get((model.key, o.template, o.dialect.name, o.example, o.system_role),
+                          lambda: _build_template(model.template, o.template, o.dialect, o.example, o.system_role))
 
 
-def _build_template(llama: llama_cpp.Llama, source: str | None, dialect: Dialect, example: bool,
+def _build_template(own: str | None, source: str | None, dialect: Dialect, example: bool,
                     system_role: bool | None) -> tuple[jinja2.Template, bool]:
-    native = native_template(llama, dialect) if source == NATIVE else None
+    native = native_template(own, dialect) if source == NATIVE else None
     if source == NATIVE and native is None:
         raise ValueError(f"tb_template 'native' needs a model whose own chat template renders tools and writes "
                          f"calls in the {dialect.name!r} format; this model's does not (leave tb_template unset "
                          "to use its template behind toolbridge's prelude)")
-    src = native or wrap(stock_template(llama, source), dialect=dialect.name, example=example, system_role=system_role)
+    src = native or wrap(stock_template(own, source), dialect=dialect.name, example=example, system_role=system_role)
     return compile_template(src), native is not None
 
 
-def native_template(llama: llama_cpp.Llama, dialect: Dialect) -> str | None:
-    """The GGUF's own template if it renders tools itself and writes a past call exactly as
+def native_template(own: str | None, dialect: Dialect) -> str | None:
+    """The model's `own` template if it renders tools itself and writes a past call exactly as
     `dialect` does; else None."""
-    src = _own(llama)
-    return src if writes_calls(src, dialect) else None
-
-
-def tool_trained(llama: llama_cpp.Llama) -> bool:
-    """Whether the model's own template renders tools (the core's defaults differ for such a
-    model: toolbridge.options.PROFILES)."""
-    return renders_tools(_own(llama))
-
-
-def _own(llama: llama_cpp.Llama) -> str | None:
-    return (llama.metadata or {}).get("tokenizer.chat_template")
+    return own if writes_calls(own, dialect) else None
 
 
 def object_arguments(messages: list) -> list:
@@ -112,7 +96,7 @@ def object_arguments(messages: list) -> list:
     return out
 
 
-def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, options: dict) -> str:
+def render(model: Model, messages: Sequence[Any], req: ToolRequest, options: dict) -> str:
     """The prompt text: messages (plain data) and the tools, unless the answer is plain text,
     through the wrapped template. Keys of `options` that are not toolbridge's are template
     variables."""
@@ -125,14 +109,19 @@ def render(llama: llama_cpp.Llama, messages: Sequence[Any], req: ToolRequest, op
             ("instruction", req.dialect.name, example, req.force),
             lambda: tools_instruction(req.toolset.specs, dialect=req.dialect, example=example, force=req.force))
     messages = list(messages)
-    tpl, native = template(llama, req)
+    tpl, native = template(model, req)
     if native:
         messages = object_arguments(messages)
     return tpl.render(
         messages=messages, tools=req.toolset.specs if req.mode != PLAIN else [],
-        add_generation_prompt=True, bos_token=token_text(llama, llama.token_bos()),
-        eos_token=token_text(llama, llama.token_eos()),
+        add_generation_prompt=True, bos_token=model.bos, eos_token=model.eos,
         strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt), **extra)
+
+
+def build(model: Model, messages: Sequence[Any], req: ToolRequest, options: dict) -> tuple[str, list[int]]:
+    """The prompt's text (`render`) and its tokens."""
+    text = render(model, messages, req, options)
+    return text, tokenize(model.llama, text)
 
 
 def tokenize(llama: llama_cpp.Llama, prompt: str) -> list[int]:

@@ -18,7 +18,7 @@ except ImportError:  # Python 3.10
     import sre_constants as C  # noqa: N812
     import sre_parse
 
-from toolbridge.jsondata import json_escape, json_string
+from toolbridge.engine import json_escape, json_string
 
 # Characters a JSON string cannot hold raw: the quote, the backslash, control characters.
 _UNSAFE = '"\\\\\\x00-\\x1F'  # in GBNF class syntax: "  \\  \x00-\x1F

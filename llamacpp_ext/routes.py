@@ -37,6 +37,7 @@ from toolbridge.serving.shape import error_message
 from . import prompt
 from .fields import adapt_request, check_fields
 from .compat import authorized, served_model
+from .model import model_of
 
 CHAT_PATH = "/v1/chat/completions"
 STORE_SIZE = 256
@@ -176,8 +177,9 @@ async def prompt_tokens(chat: dict) -> int:
     check_fields(chat)
     async with served_model(chat.get("model")) as (llama, options):
         try:
-            req = plan(checked, template_kwargs=options, tool_trained=prompt.tool_trained(llama))
-            return len(prompt.tokenize(llama, prompt.render(llama, chat["messages"], req, options)))
+            model = model_of(llama)
+            req = plan(checked, template_kwargs=options, tool_trained=model.tool_trained)
+            return len(prompt.build(model, chat["messages"], req, options)[1])
         except ValueError as e:  # BadRequest included: a template that cannot render the request
             raise e if isinstance(e, BadRequest) else BadRequest(str(e)) from None
 

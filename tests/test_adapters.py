@@ -237,20 +237,15 @@ def test_llamacpp_native_template_takes_only_a_tool_capable_one():
     toolbridge's steering and grammar would fight the prompt); past calls' arguments reach it
     as objects."""
     require("llama_cpp")
-    from types import SimpleNamespace
-
     from llamacpp_ext.prompt import native_template, object_arguments
     from toolbridge.dialects import get_dialect
     from toolbridge.prompt.chat_templates import FAMILIES
 
-    def model(src):
-        return SimpleNamespace(metadata={"tokenizer.chat_template": src} if src else {})
-
-    assert native_template(model(QWEN_LIKE), get_dialect("tags")) == QWEN_LIKE
-    assert native_template(model(QWEN_LIKE), get_dialect("react")) is None  # writes tags, not ReAct
+    assert native_template(QWEN_LIKE, get_dialect("tags")) == QWEN_LIKE
+    assert native_template(QWEN_LIKE, get_dialect("react")) is None  # writes tags, not ReAct
     lists_only = QWEN_LIKE.replace("<tool_call>\n{{ tc.function | tojson }}\n</tool_call>", "{{ tc.function.name }}")
     for src in (FAMILIES["chatml"].stock, None, lists_only, "{{ raise_exception('no') }}"):
-        assert native_template(model(src), get_dialect("tags")) is None
+        assert native_template(src, get_dialect("tags")) is None
     history = [{"role": "assistant", "content": "", "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"query": "x"}'}}]}]
     assert object_arguments(history)[0]["tool_calls"][0]["function"]["arguments"] == {"query": "x"}
