@@ -144,3 +144,21 @@ def test_beside_vllms_own_parser_where_the_markers_are_tokens():
     prompt = tok.encode(OPENS, add_special_tokens=False)
     assert end.opened_by(vocab.join(prompt[-PROMPT_TAIL:]))
     assert not end.feed(vocab.text(tok.encode("Let", add_special_tokens=False)[0])) and end.feed(vocab.text(end.tokens[0]))
+
+
+@pytest.mark.parametrize("extra, budget", [({}, None), ({"reasoning_effort": "low"}, 1024),
+                                           ({"thinking_token_budget": 6}, 6),
+                                           ({"thinking_token_budget": 6, "reasoning_effort": "high"}, 6),
+                                           ({"chat_template_kwargs": {"tb_thinking_budget": 3},
+                                             "thinking_token_budget": 6}, 3)])
+def test_the_budget_a_request_asks_for_reaches_the_logits_processor(extra, budget):
+    """tb_thinking_budget over vLLM's thinking_token_budget over the reasoning effort; the processor
+    holds it, so vLLM's own budget field is taken out of the request."""
+    from toolbridge.steer.args import thinking_from_args
+    from vllm_plugin import ToolbridgeToolParser
+
+    req = ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                "tools": TOOLS, "tool_choice": "required", **extra})
+    ToolbridgeToolParser(TOKENIZER).adjust_request(req)
+    end = thinking_from_args(req.vllm_xargs)
+    assert end.budget == budget and end.forced and req.thinking_token_budget is None

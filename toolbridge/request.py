@@ -40,8 +40,11 @@ from .steer.policy import Decisions, Policy
 from .parsing.answer import ParseResult, parse
 from .steer.grounding import conversation_marks, invented
 from .steer.relevance import asked_for, own_words, tool_words, unrelated, user_words
+from .steer.args import to_args
 from .steer.steering import Steering
+from .steer.thinking import ThinkingEnd
 from .steer.vocab import Vocabulary
+from .thinking import DEFAULT_THINKING, with_budget
 from .parsing.stream import StreamParser
 from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
                     tool_fields)
@@ -228,6 +231,17 @@ class ToolRequest:
             return steering
         return replace(steering, asked=d.asked, again=d.again, enough=d.enough)
 
+    def logit_args(self, vocab: Vocabulary | None) -> dict:
+        """The answer's per-token rules for an engine's logits processor, packed as one argument
+        (toolbridge.steer.args): the call guard, and in a vocabulary's ids (where the engine's front
+        has one) the `auto` steering and, where the prompt opens a thinking block, its end (the
+        policy's budget; no end inside it where the answer must call)."""
+        guard = self.call_guard()
+        steering = self.steering(vocab) if vocab is not None and self.steer else None
+        end = None if vocab is None else ThinkingEnd.for_thinking(
+            DEFAULT_THINKING, vocab.encode, self.decisions.thinking_budget, forced=self.force is not None)
+        return to_args(steering, guard, end)
+
     def call_guard(self) -> CallGuard | None:
         """A call guard for one answer (toolbridge.steer.callguard): read from the answer's start when the
         whole answer is calls, from the first call start under `auto`; none for other answers."""
@@ -283,10 +297,16 @@ def check(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Seq
 
 
 def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None = None,
-         user_constraint: bool = False, tool_trained: bool = False, env: Mapping[str, str] = os.environ) -> ToolRequest:
+         user_constraint: bool = False, tool_trained: bool = False, thinking_budget: int | None = None,
+         reasoning_effort: Any = None, env: Mapping[str, str] = os.environ) -> ToolRequest:
     """The request's plan for the served model; raises BadRequest for a request that must be
     answered 400. `tool_trained`: the model's own template renders tools (its defaults differ:
-    toolbridge.options.PROFILES)."""
+    toolbridge.options.PROFILES). `thinking_budget`, `reasoning_effort`: what the request asks of the
+    thinking where its options name no `tb_thinking_budget` (toolbridge.thinking.with_budget)."""
+    try:
+        template_kwargs = with_budget(template_kwargs, thinking_budget, reasoning_effort)
+    except ValueError as e:
+        raise BadRequest(str(e), param="reasoning_effort") from None
     try:
         options = resolve(template_kwargs, env, tool_trained)
     except ValueError as e:
@@ -314,10 +334,12 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
 
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,
-            tool_trained: bool = False, env: Mapping[str, str] = os.environ, **fields: Any) -> ToolRequest:
+            tool_trained: bool = False, thinking_budget: int | None = None, reasoning_effort: Any = None,
+            env: Mapping[str, str] = os.environ, **fields: Any) -> ToolRequest:
     """`check` and `plan` at once: the plan of a chat request whose tool fields are `fields`."""
     return plan(check(**fields), template_kwargs=template_kwargs, user_constraint=user_constraint,
-                tool_trained=tool_trained, env=env)
+                tool_trained=tool_trained, thinking_budget=thinking_budget, reasoning_effort=reasoning_effort,
+                env=env)
 
 
 def _check_forced(choice: ToolChoice, dialect: Dialect, stops: Sequence[str], user_constraint: bool) -> None:

@@ -10,7 +10,7 @@ apart from the content.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,12 @@ def effort_budget(effort: Any) -> int | None:
 BUDGET_OPTION = "tb_thinking_budget"
 
 
-def with_effort(options: dict | None, effort: Any) -> dict | None:
-    """A request's options with the budget its reasoning effort asks for, where its options name no
-    budget themselves (an option wins over an effort); ValueError for an unknown effort."""
-    budget = effort_budget(effort)
-    if budget is None or (options and options.get(BUDGET_OPTION) is not None):
+def with_budget(options: Mapping[str, Any] | None, budget: int | None = None,
+                effort: Any = None) -> Mapping[str, Any] | None:
+    """A request's options with the thinking budget it asks for where they name none themselves: its
+    own budget (an engine's field, a Messages `thinking.budget_tokens`), else its reasoning effort's;
+    ValueError for an unknown effort."""
+    if options and options.get(BUDGET_OPTION) is not None:
         return options
-    return {**(options or {}), BUDGET_OPTION: budget}
+    budget = budget if budget is not None else effort_budget(effort)
+    return options if budget is None else {**(options or {}), BUDGET_OPTION: budget}

@@ -27,9 +27,8 @@ from toolbridge.parsing.markers import TurnCut
 from toolbridge.parsing.answer import TextOnly
 from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.parsing.stream import StreamParser
-from toolbridge.steer.args import ARG, to_args
-from toolbridge.steer.thinking import ThinkingEnd
-from toolbridge.thinking import BUDGET_OPTION, DEFAULT_THINKING, with_effort
+from toolbridge.steer.args import ARG
+from toolbridge.thinking import EFFORT_BUDGETS
 from toolbridge.steer.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
 from vllm_plugin.middleware import AGAIN, install as install_request_check
@@ -79,26 +78,19 @@ class ToolbridgeToolParser(ToolParser):
             return request
         req = _plan(request, self.model_tokenizer)
         request.stop = list(req.stop)
-        if req.mode == PLAIN:
-            return request
-        if req.mode == USER:
+        if req.mode in (PLAIN, USER):
             return request
         sent = getattr(request, "vllm_xargs", None) or {}
-        xargs = {k: v for k, v in sent.items() if k not in (ARG, AGAIN)}  # the logit rules' and the request check's
-        if sent.get(AGAIN):  # the request check asks for this request's answer again, in text
-            request.vllm_xargs = xargs
-            return _in_text(request, req, self.model_tokenizer)
-        steering = thinking = None
-        if self.model_tokenizer is not None:
-            vocab = hf_vocabulary(self.model_tokenizer)
-            steering = req.steering(vocab) if req.steer else None
-            # where the prompt opens a thinking block, the logits processor starts the rules at its end
-            thinking = ThinkingEnd.for_thinking(DEFAULT_THINKING, vocab.encode, req.decisions.thinking_budget,
-                                                forced=req.force is not None)
-            if getattr(request, "thinking_token_budget", None) is not None:
-                request.thinking_token_budget = None  # the budget is the processor's now, not also vLLM's
-        xargs.update(to_args(steering, req.call_guard(), thinking))
-        request.vllm_xargs = xargs
+        request.vllm_xargs = {k: v for k, v in sent.items() if k not in (ARG, AGAIN)}  # the rules' and the check's
+        vocab = hf_vocabulary(self.model_tokenizer) if self.model_tokenizer is not None else None
+        if sent.get(AGAIN):  # the request check asks for this answer again, in text: every call opening held back
+            if vocab is not None:
+                held = dict.fromkeys((str(t) for t in req.steering(vocab).openings), -100.0)
+                request.logit_bias = {**(getattr(request, "logit_bias", None) or {}), **held}
+            return request
+        request.vllm_xargs.update(req.logit_args(vocab))
+        if vocab is not None and getattr(request, "thinking_token_budget", None) is not None:
+            request.thinking_token_budget = None  # the budget is the logits processor's now, not also vLLM's
         tag = structural_tag(req) if StructuredOutputsParams is not None else None
         if tag is not None:
             request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
@@ -172,15 +164,6 @@ class ToolbridgeToolParser(ToolParser):
         return DeltaMessage.model_validate(d) if d is not None else None
 
 
-def _in_text(request: Any, req: ToolRequest, tokenizer: Any) -> Any:
-    """The answer generated again, its first call's values made up (toolbridge.serving.again):
-    every token that may open a call held back at every step, with no steering and no constraint."""
-    if tokenizer is not None:
-        held = dict.fromkeys((str(t) for t in req.steering(hf_vocabulary(tokenizer)).openings), -100.0)
-        request.logit_bias = {**(getattr(request, "logit_bias", None) or {}), **held}
-    return request
-
-
 def _text_only(req: ToolRequest | None) -> TurnCut | TextOnly:
     """A plain answer's text: cut at turn markers; with tools in play (tool_choice none), read by
     the parser too, so that call or history markup the model writes is not shown."""
@@ -200,8 +183,7 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     if kept is not None and kept[0]() is request:
         return kept[1]
     try:
-        kw = dict(_chat_fields(request), template_kwargs=_template_kwargs(request),
-                  tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
+        kw = dict(_fields(request), tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
         user = user_constraint(request)
         own = _own_plan(kw, user) if isinstance(user, str) else None
         req = own if own is not None else prepare(**kw, user_constraint=bool(user))
@@ -212,21 +194,6 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     except TypeError:  # an object without weak references: planned again when asked again
         pass
     return req
-
-
-def _template_kwargs(request: Any) -> dict | None:
-    """The request's chat_template_kwargs with the thinking budget it asks for, where they name none:
-    vLLM's own `thinking_token_budget` (what a Messages `thinking.budget_tokens` becomes), else its
-    reasoning effort (Chat `reasoning_effort`, Responses `reasoning.effort`)."""
-    own = getattr(request, "chat_template_kwargs", None)
-    budget = getattr(request, "thinking_token_budget", None)
-    if budget is not None and not (own and own.get(BUDGET_OPTION) is not None):
-        own = {**(own or {}), BUDGET_OPTION: budget}
-    effort = getattr(request, "reasoning_effort", None) or getattr(getattr(request, "reasoning", None), "effort", None)
-    try:
-        return with_effort(own, effort)
-    except ValueError:  # an effort toolbridge has no budget for: vLLM's own handling of it stands
-        return own
 
 
 def _forget(key: int, ref: weakref.ref) -> None:
@@ -259,16 +226,21 @@ RESPONSES_FIELDS = {"input", "instructions", "tools", "tool_choice", "parallel_t
                     "previous_response_id"}
 
 
-def _chat_fields(request: Any) -> dict:
-    """The chat fields `prepare` reads, as plain data: a chat request's own, or a Responses request
-    read by the core's Responses reader (input items, flat function tools, its tool_choice shape).
-    Tools stay vLLM's objects: the core reads the four fields it needs of each (toolbridge.tools.
-    tool_fields) to find a tool set it has seen, which costs less than converting them all."""
+def _fields(request: Any) -> dict:
+    """What `prepare` reads of a request: its chat template kwargs, the thinking budget it asks for
+    (vLLM's `thinking_token_budget`, what a Messages `thinking.budget_tokens` becomes; a reasoning
+    effort toolbridge has a budget for), and its chat fields as plain data: a chat request's own, or a
+    Responses request read by the core's Responses reader (input items, flat function tools, its
+    tool_choice shape). Tools stay vLLM's objects: the core reads the four fields it needs of each
+    (toolbridge.tools.tool_fields) to find a tool set it has seen, which costs less than converting them all."""
+    effort = getattr(request, "reasoning_effort", None) or getattr(getattr(request, "reasoning", None), "effort", None)
+    own = {"template_kwargs": getattr(request, "chat_template_kwargs", None),
+           "thinking_budget": getattr(request, "thinking_token_budget", None),
+           "reasoning_effort": effort if effort in EFFORT_BUDGETS else None}  # vLLM checked the others itself
     if not hasattr(request, "messages"):
-        request = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS,
-                                                            exclude_none=True))
-        return {k: request.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}
-    return {"tools": request.tools, "tool_choice": plain_data(request.tool_choice),
+        chat = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS, exclude_none=True))
+        return {**own, **{k: chat.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}}
+    return {**own, "tools": request.tools, "tool_choice": plain_data(request.tool_choice),
             "messages": request.messages,  # vLLM's request model keeps messages as dicts already
             "parallel_tool_calls": request.parallel_tool_calls, "stop": request.stop}
 
