@@ -239,7 +239,7 @@ class ToolRequest:
         guard = self.call_guard()
         steering = self.steering(vocab) if vocab is not None and self.steer else None
         end = None if vocab is None else ThinkingEnd.for_thinking(
-            DEFAULT_THINKING, vocab.encode, self.decisions.thinking_budget, forced=self.force is not None)
+            DEFAULT_THINKING, vocab.marker, self.decisions.thinking_budget, forced=self.force is not None)
         return to_args(steering, guard, end)
 
     def call_guard(self) -> CallGuard | None:
@@ -259,7 +259,8 @@ class ToolRequest:
         if not self.decisions.hold_after_calls:
             return None
         d = self.dialect
-        return Follow(closes(d.close, d.calls_close), tuple(e.trigger for e in self.entries) if self.parallel else ())
+        return self.toolset.memo(("follow", d.name, self.parallel), lambda: Follow(
+            closes(d.close, d.calls_close), tuple(e.trigger for e in self.entries) if self.parallel else ()))
 
     def parser(self, id_factory: Callable[[], str] = new_call_id) -> StreamParser:
         return StreamParser(self.tools, choice=self.choice, max_calls=self.max_calls, id_factory=id_factory,

@@ -233,13 +233,14 @@ def _fields(request: Any) -> dict:
     Responses request read by the core's Responses reader (input items, flat function tools, its
     tool_choice shape). Tools stay vLLM's objects: the core reads the four fields it needs of each
     (toolbridge.tools.tool_fields) to find a tool set it has seen, which costs less than converting them all."""
-    effort = getattr(request, "reasoning_effort", None) or getattr(getattr(request, "reasoning", None), "effort", None)
+    chat = hasattr(request, "messages")
+    effort = request.reasoning_effort if chat else getattr(request.reasoning, "effort", None)
     own = {"template_kwargs": getattr(request, "chat_template_kwargs", None),
            "thinking_budget": getattr(request, "thinking_token_budget", None),
            "reasoning_effort": effort if effort in EFFORT_BUDGETS else None}  # vLLM checked the others itself
-    if not hasattr(request, "messages"):
-        chat = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS, exclude_none=True))
-        return {**own, **{k: chat.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}}
+    if not chat:
+        body = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS, exclude_none=True))
+        return {**own, **{k: body.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}}
     return {**own, "tools": request.tools, "tool_choice": plain_data(request.tool_choice),
             "messages": request.messages,  # vLLM's request model keeps messages as dicts already
             "parallel_tool_calls": request.parallel_tool_calls, "stop": request.stop}

@@ -11,7 +11,7 @@ other rules (toolbridge.steer.args).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from ..thinking import THINKING, Thinking, opened_by
 
@@ -36,7 +36,7 @@ class ThinkingEnd:
         self._seen = ""  # the end of the text read, one character short of the marker
 
     @classmethod
-    def for_thinking(cls, thinking: Thinking, encode: Callable[[str], list[int]], budget: int | None,
+    def for_thinking(cls, thinking: Thinking, encode: Callable[[str], Sequence[int]], budget: int | None,
                      forced: bool = False) -> "ThinkingEnd":
         return cls(thinking, tuple(encode(thinking.close)), budget, forced)
 

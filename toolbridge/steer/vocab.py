@@ -28,6 +28,7 @@ class Vocabulary:
         self.join = join or (lambda ids: "".join(map(self.text, ids)))  # several tokens -> their text
         self._marks: Memo[bytearray] = Memo(16)
         self._endings: Memo[Ending] = Memo(16)
+        self._markers: Memo[tuple[int, ...]] = Memo(16)
 
     @cached_property
     def texts(self) -> list[str]:
@@ -49,6 +50,10 @@ class Vocabulary:
     def enders(self) -> tuple[tuple[int, str], ...]:
         """The tokens that may end a call's arguments, with their texts (toolbridge.steer.callguard)."""
         return enders(self.encode, self.text)
+
+    def marker(self, text: str) -> tuple[int, ...]:
+        """A marker's tokens (a thinking block's close: every request's), encoded once."""
+        return self._markers.get(text, lambda: tuple(self.encode(text)))
 
     def marks(self, firsts: str) -> bytearray:
         """For each token id, 1 where its text holds one of `firsts` (a call start can only begin
