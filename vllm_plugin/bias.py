@@ -33,87 +33,16 @@ import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
 from toolbridge.steer.args import from_args, thinking_from_args
-from toolbridge.steer.callguard import POINTS, CallGuard
 from toolbridge.steer.logits import Edit, token_changes, write
-from toolbridge.steer.ending import Ending
-from toolbridge.steer.steering import BAN, Steering
-from toolbridge.steer.thinking import PROMPT_TAIL, ThinkingEnd
+from toolbridge.steer.steering import BAN
+from toolbridge.steer.thinking import PROMPT_TAIL
 from toolbridge.steer.vocab import Vocabulary, hf_vocabulary
-
-
-class _Answer:
-    """One request's rules and how far its guard has read its output."""
-
-    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks", "ending", "ends", "thinking",
-                 "start")
-
-    def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray,
-                 ending: Ending | None = None, ends: tuple[int, ...] = (), thinking: ThinkingEnd | None = None):
-        self.ids = ids  # vLLM's own list of the request's output token ids (it appends to it)
-        self.thinking = thinking  # the thinking the prompt opened, until it ends
-        self.start = 0  # where the answer starts in `ids`: after the thinking
-        self.steering = steering
-        self.horizon = steering.horizon if steering is not None else 0
-        self.guard = guard
-        self.read = 0  # output tokens the guard has read
-        self.forming = False  # unarmed guard: a call start may be forming at the end of its text
-        self.marks = marks  # the tokens whose text may begin one of the guard's call starts
-        self.ending = ending  # what may follow a complete call, in the vocabulary's tokens (toolbridge.steer.ending)
-        self.ends = ends  # the request's end tokens (end of sequence, the model's other end-of-turn tokens)
-
-    @property
-    def ruled(self) -> bool:
-        """Whether the rule may speak at this step: steering within its horizon, or an armed guard."""
-        return len(self.ids) - self.start < self.horizon or (self.guard is not None and self.guard.armed)
-
-    @property
-    def answer(self) -> list[int]:
-        """The answer's tokens, as far as steering reads them (its horizon): after the thinking."""
-        return self.ids if not self.start else self.ids[self.start:self.start + self.horizon]
-
-    @property
-    def watching(self) -> bool:
-        return self.guard is not None and not self.guard.armed
-
-
-def _end_tokens(params: Any) -> tuple[int, ...]:
-    """The tokens that end a request's answer: vLLM's stop token ids for it (the end of sequence unless
-    ignore_eos, the model's other end tokens, the request's stop_token_ids)."""
-    try:
-        return tuple(sorted(int(t) for t in getattr(params, "all_stop_token_ids", None) or ()))
-    except (TypeError, ValueError):
-        return ()
+from vllm_plugin.rows import NEVER, POINT, Answer, CloseTables, end_tokens
 
 
 def _unasked() -> str:
     """The top token's text where the guard does not decide on it (CallGuard.wants_top): never read."""
     return ""
-
-
-_POINT = {p: k for k, p in enumerate(POINTS)}
-_NEVER = len(POINTS)  # the row of `going` where no token goes on
-
-
-class _CloseTables:
-    """A vocabulary's argument-close tables on one device, for logits `width` wide: `going`, for each
-    decision point (toolbridge.steer.callguard.POINTS) then each token, whether the token goes on to another
-    argument there (flat: point * width + token; a last row, _NEVER, all False); `tokens`, each
-    point's tokens that end the arguments, padded to one length with its first (written twice,
-    alike); `ends`, each point's ending tokens as a set."""
-
-    __slots__ = ("going", "tokens", "ends")
-
-    def __init__(self, vocab: Vocabulary, width: int, device: torch.device, pin: bool):
-        going = torch.zeros((len(POINTS) + 1) * width, dtype=torch.bool, pin_memory=pin)
-        flat = [k * width + t for k, p in enumerate(POINTS) for t in vocab.going_on[p] if 0 <= t < width]
-        if flat:
-            going[flat] = True
-        ends = [tuple(t for t in vocab.ending_at[p] if 0 <= t < width) for p in POINTS]
-        self.ends = [frozenset(e) for e in ends]
-        m = max(map(len, ends))
-        tokens = torch.tensor([[*e, *(e[:1] or (0,)) * (m - len(e))] for e in ends], dtype=torch.long)
-        self.going, self.tokens = (t.to(device, non_blocking=True) for t in (
-            going, tokens.pin_memory() if pin else tokens))
 
 
 class CallBias(LogitsProcessor):
@@ -125,13 +54,13 @@ class CallBias(LogitsProcessor):
         self._model_config = getattr(vllm_config, "model_config", None)
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._pin = bool(is_pin_memory) and self._device.type != "cpu"
-        self._answers: dict[int, _Answer] = {}  # batch row -> its answer, while a rule may speak
-        self._thinking: dict[int, _Answer] = {}  # ... while it thinks (the rules wait for its end)
-        self._watch: dict[int, _Answer] = {}  # ... whose guard waits for a call start
-        self._ruled: dict[int, _Answer] = {}  # ... which the rule may change at the next step
+        self._answers: dict[int, Answer] = {}  # batch row -> its answer, while a rule may speak
+        self._thinking: dict[int, Answer] = {}  # ... while it thinks (the rules wait for its end)
+        self._watch: dict[int, Answer] = {}  # ... whose guard waits for a call start
+        self._ruled: dict[int, Answer] = {}  # ... which the rule may change at the next step
         self._vocab: Vocabulary | None = None
         self._no_text = False  # no tokenizer could be loaded
-        self._tables: dict[int, _CloseTables] = {}  # the close tables, per logits width
+        self._tables: dict[int, CloseTables] = {}  # the close tables, per logits width
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -162,7 +91,7 @@ class CallBias(LogitsProcessor):
         return True
 
     # -- the batch --------------------------------------------------------------------------------
-    def _new_answer(self, params: Any, prompt_ids: Sequence[int] | None, output_ids: list[int]) -> _Answer | None:
+    def _new_answer(self, params: Any, prompt_ids: Sequence[int] | None, output_ids: list[int]) -> Answer | None:
         # toolbridge's one argument (toolbridge.steer.args); one of nobody's making is ignored, never raises
         args = getattr(params, "extra_args", None)
         steering, guard = from_args(args)
@@ -178,11 +107,11 @@ class CallBias(LogitsProcessor):
         if guard is not None and not guard.armed:
             marks = self._vocab.marks(guard.firsts)
         ending = self._vocab.ending(guard.follow) if guard is not None else None
-        ends = _end_tokens(params) if ending is not None or (thinking is not None and thinking.forced) else ()
-        answer = _Answer(output_ids, steering, guard, marks, ending, ends, thinking)
+        ends = end_tokens(params) if ending is not None or (thinking is not None and thinking.forced) else ()
+        answer = Answer(output_ids, steering, guard, marks, ending, ends, thinking)
         return answer if thinking is not None or answer.ruled or answer.watching else None
 
-    def _place(self, row: int, a: _Answer) -> None:
+    def _place(self, row: int, a: Answer) -> None:
         """Enter an answer in the tables of what the rule does with it at the next step."""
         if a.thinking is not None:
             self._thinking[row] = a
@@ -323,7 +252,7 @@ class CallBias(LogitsProcessor):
         for row in armed:  # a call started: the guard speaks from this step on
             self._ruled[row] = self._watch.pop(row)
 
-    def _read(self, a: _Answer) -> None:
+    def _read(self, a: Answer) -> None:
         """Feed the guard the text of the answer's tokens it has not read (what the engine has
         not yet filled in, -1, has no text)."""
         ids, read = a.ids, a.read
@@ -352,9 +281,9 @@ class CallBias(LogitsProcessor):
         width = logits.shape[-1]
         tables = self._tables.get(width)
         if tables is None:
-            tables = self._tables[width] = _CloseTables(vocab, width, self._device, self._pin)
+            tables = self._tables[width] = CloseTables(vocab, width, self._device, self._pin)
         rows: list[int] = []  # the rows the close may change
-        offsets: list[int] = []  # ... where their point's row of `going` starts (_NEVER: the merged adds)
+        offsets: list[int] = []  # ... where their point's row of `going` starts (NEVER: the merged adds)
         points: list[int] = []  # ... their row of `tokens`
         biases: list[float] = []
         merged: list[tuple[int, int, int, float, float]] = []  # (of rows, going offset, token, add if on, if not)
@@ -362,7 +291,7 @@ class CallBias(LogitsProcessor):
             a = ruled[row]
             guard = a.guard
             changes, only = token_changes(a.steering, a.answer, guard, _unasked, closers, enders, a.ending, a.ends)
-            k = _POINT[at]
+            k = POINT[at]
             ends = tables.ends[k]
             if ends:  # else the close has nothing to add here
                 if changes and not ends.isdisjoint(t for t, _ in changes):
@@ -373,7 +302,7 @@ class CallBias(LogitsProcessor):
                     changes = [(t, c) for t, c in changes if t not in ends]
                     merged += [(len(rows), k * width, t, other.get(t, 0.0) + guard.close_bias, other.get(t, 0.0))
                                for t in ends]
-                    offsets.append(_NEVER * width)
+                    offsets.append(NEVER * width)
                 else:
                     offsets.append(k * width)
                 rows.append(row)
