@@ -79,7 +79,14 @@ def test_an_answer_that_does_not_open_with_the_marker_is_parsed_as_before(text, 
 
 def test_whitespace_around_the_block_is_neither_thinking_nor_answer():
     assert folded(run("  \n" + OPEN + "x" + CLOSE + " \n Hi", [])) == ("x", "Hi", [])
-    assert folded(run("Hello " + OPEN + "not thinking" + CLOSE, [])) == (None, "Hello <think>not thinking</think>", [])
+
+
+def test_a_thinking_marker_inside_the_answer_is_markup_not_content():
+    """A block that does not open the answer is not thinking, and its markers are not shown (measured:
+    SmolLM2 writes `get_<think>()` or a second `</think>` in its answer after the thinking)."""
+    assert folded(run("Hello " + OPEN + "not thinking" + CLOSE, [])) == (None, "Hello not thinking", [])
+    assert folded(run(OPEN + "x" + CLOSE + "from django.</" + CLOSE + "\ndef get_" + OPEN + "()", [])) == (
+        "x", "from django.</\ndef get_()", [])
 
 
 def test_an_unclosed_block_is_thinking_to_its_end():

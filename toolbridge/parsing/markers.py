@@ -1,7 +1,8 @@
 """The markers of a set of dialects, in one table the scanner (stream.py) looks them up in.
 
 A marker opens a call (`<tool_call>`, `TOOL_CALL:`, `Action:`, a code fence), is a label
-dropped from content (`Thought:`), is a call's close marker with no call open (dropped), or is
+dropped from content (`Thought:`), is a call's close marker with no call open or a thinking marker
+after the thinking (dropped), or is
 history markup the model should not write: a tool result's marker or tags (`<tool_response>`,
 `</tool_response>`) or a chat format's turn marker (TURN_MARKERS). At history markup the
 answer ends. The table is built once per set of dialects.
@@ -15,6 +16,7 @@ from typing import Iterable
 from ..dialects import DIALECTS, Dialect
 from ..lenient import WS
 from ..memo import Memo
+from ..thinking import THINKING
 
 # marker kinds
 K_OPEN, K_LABEL, K_END, K_STRAY = range(4)
@@ -72,6 +74,9 @@ class MarkerTable:
                 self.bare = d
         for text in TURN_MARKERS:
             found.setdefault((text, K_END), Marker(text, K_END, None, False))
+        for t in THINKING.values():  # a thinking marker in the answer is markup, never content
+            for text in (t.open, t.close):
+                found.setdefault((text, K_STRAY), Marker(text, K_STRAY, None, False))
         self.by_first: dict[str, list[Marker]] = {}
         self.by_two: dict[str, list[Marker]] = {}  # every marker is at least two characters long
         for m in found.values():
