@@ -35,6 +35,7 @@ ANSWERS = [
     "Hmm {\"name\": \"x\"} </thi nk> still thinking</think>It is sunny.",
     "cut short, no close marker <tool_call>\n{\"name\": \"get_weather\"",
     "</think>" + CALL + "\nDone.",
+    "Paris is in France.\n</think>\n\n  It is sunny in Paris.",
 ]
 
 

@@ -76,7 +76,7 @@ class ToolbridgeReasoningParser(ReasoningParser):
         """Whether the thinking ends in this step: streamed in the API server, where the split has
         read the step's text; in the engine, where the step's tokens complete the close marker."""
         if self._split is not None:
-            return self._split.state == ANSWER
+            return self._answering()
         n = len(delta_ids)
         if not n:
             return False
@@ -85,7 +85,12 @@ class ToolbridgeReasoningParser(ReasoningParser):
         return close in self._text(window) and close not in self._text(window[:-n])
 
     def has_engine_confirmed_reasoning_end(self) -> bool:
-        return self._split is not None and self._split.state == ANSWER
+        return self._split is not None and self._answering()
+
+    def _answering(self) -> bool:
+        """The streamed answer has begun: the close marker and the whitespace after it are read (the
+        tool parser takes the rest, as a whole answer's text after that whitespace)."""
+        return self._split.state == ANSWER and not self._split.trim
 
     def extract_content_ids(self, input_ids: list[int]) -> list[int]:
         """The tokens after the one that completes the close marker (all of them where none does)."""
