@@ -18,9 +18,9 @@ from typing import Any, Iterator, Mapping
 import llama_cpp
 from llama_cpp import LlamaGrammar
 
-from toolbridge.engine import (BadRequest, CallEnd, CheckedRequest, DEFAULT_THINKING, Entry, Event, PLAIN, PlainText,
-                               ThinkingSplit, ToolCall, ToolRequest, check, collect, delta, effort_budget, message,
-                               opened_by, plan)
+from toolbridge.engine import (BUDGET_OPTION, BadRequest, CallEnd, CheckedRequest, DEFAULT_THINKING, Entry, Event,
+                               PLAIN, PlainText, ThinkingSplit, ToolCall, ToolRequest, check, collect, delta, message,
+                               opened_by, plan, with_budget)
 
 from . import prompt
 from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, logit_bias_ids
@@ -106,17 +106,12 @@ def with_thinking_budget(options: dict, context: ChatContext) -> dict:
     """The model's options with the request's own thinking budget, where it asks for one: its
     `chat_template_kwargs.tb_thinking_budget` (what a Messages `thinking.budget_tokens` becomes), else
     its `reasoning_effort` (toolbridge.thinking.EFFORT_BUDGETS). The other options are the model's."""
-    own = context.chat_template_kwargs
-    budget = own.get(BUDGET_KEY) if isinstance(own, dict) else None
-    if budget is None:
-        try:
-            budget = effort_budget(context.reasoning_effort)
-        except ValueError as e:
-            raise BadRequest(str(e), param="reasoning_effort") from None
-    return options if budget is None else {**options, BUDGET_KEY: budget}
-
-
-BUDGET_KEY = "tb_thinking_budget"
+    own = context.chat_template_kwargs if isinstance(context.chat_template_kwargs, dict) else None
+    try:
+        budget = (with_budget(own, effort=context.reasoning_effort) or {}).get(BUDGET_OPTION)
+    except ValueError as e:
+        raise BadRequest(str(e), param="reasoning_effort") from None
+    return options if budget is None else {**options, BUDGET_OPTION: budget}
 
 
 @dataclass(frozen=True)

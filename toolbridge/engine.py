@@ -7,7 +7,7 @@ An adapter makes a request's plan once (`check` and `plan`, or `prepare`: a `Too
 `compile_template`d, the plan's `tools_instruction`), the stops, the triggers and call frames its grammar
 is made of (`Entry`, `frames`, `separator`, `constrain` for the fallback), the steering and the call
 guard over the engine's `Vocabulary` (`Steering`, `CallGuard`, applied to logits with `token_changes`
-and `write`), and the thinking (`opened_by`, `effort_budget`). The answer is read back by the plan's
+and `write`), and the thinking (`opened_by`, `with_budget`). The answer is read back by the plan's
 parser, behind `ThinkingSplit`, into events (`collect`, or `delta` for a stream, `message` for a whole
 answer). The server side (request checks, API shapes) is toolbridge.serving and toolbridge.apis.
 """
@@ -29,7 +29,7 @@ from .steer.callguard import CallGuard
 from .steer.logits import token_changes, write
 from .steer.steering import BAN, Steering
 from .steer.vocab import Vocabulary
-from .thinking import DEFAULT_THINKING, effort_budget, opened_by
+from .thinking import BUDGET_OPTION, DEFAULT_THINKING, opened_by, with_budget
 from .tools import Tool, ToolChoice
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
     # steering
     "BAN", "CallGuard", "Steering", "Vocabulary", "token_changes", "write",
     # thinking
-    "DEFAULT_THINKING", "effort_budget", "opened_by",
+    "BUDGET_OPTION", "DEFAULT_THINKING", "opened_by", "with_budget",
     # the answer
     "CallEnd", "Event", "PlainText", "ThinkingSplit", "ToolCall", "collect", "delta", "message",
     # caches

@@ -22,7 +22,8 @@ from typing import Any, Callable, Sequence
 from toolbridge.dialects import Dialect
 from toolbridge.constrain.grammar import MAX_WHITESPACE, Frame, constrain, entries, frames, separator
 from toolbridge.memo import Memo
-from toolbridge.request import ToolRequest
+from toolbridge.errors import BadRequest
+from toolbridge.request import PLAIN, USER, ToolRequest, prepare
 from toolbridge.tools import Tool, ToolChoice
 
 log = logging.getLogger("toolbridge.vllm")
@@ -93,6 +94,25 @@ def only_tag(so: Any) -> str | None:
     """The structural tag of structured-output params whose sole constraint it is, else None."""
     tag = getattr(so, "structural_tag", None)
     return tag if tag is not None and not any(getattr(so, k, None) for k in OTHER_CONSTRAINTS) else None
+
+
+def own_plan(fields: dict, tag: str) -> ToolRequest | None:
+    """The request's plan when its sole constraint, `tag`, is the structural tag toolbridge itself sets
+    for it, carried in: vLLM's render / derender split hands /derender the request as adjust_request
+    left it, and the request check reads the body before the parser does. `fields`: prepare's arguments."""
+    try:
+        req = prepare(**fields, user_constraint=False)
+    except BadRequest:
+        return None
+    ours = structural_tag(req) if req.mode not in (PLAIN, USER) else None
+    return req if ours is not None and _same_json(ours, tag) else None
+
+
+def _same_json(a: str, b: str) -> bool:
+    try:
+        return json.loads(a) == json.loads(b)
+    except (TypeError, ValueError):
+        return a == b
 
 
 def user_constraint(request: Any) -> bool | str:

@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 from toolbridge import BadRequest
 from toolbridge.prompt.chat_templates import DIALECT_ENV, read_stock, renders_tools, served_dialect
-from toolbridge.request import PLAIN, USER, ToolRequest, prepare
+from toolbridge.request import ToolRequest, prepare
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
-from vllm_plugin.constraint import structural_tag, user_constraint
+from vllm_plugin.constraint import own_plan, user_constraint
 
 log = logging.getLogger(__name__)
 
@@ -71,11 +71,10 @@ class RequestCheck(_Check):
                   messages=data.get("messages") or [], template_kwargs=data.get("chat_template_kwargs"),
                   tool_trained=self.tool_trained)
         user = user_constraint(_fields(data))
+        own = own_plan(kw, user) if isinstance(user, str) else None
+        if own is not None:
+            return own
         try:
-            if isinstance(user, str):  # the structural tag toolbridge sets, carried in: the plan it was set for
-                own = prepare(**kw)
-                if own.mode not in (PLAIN, USER) and _same_json(structural_tag(own), user):
-                    return own
             return prepare(**kw, user_constraint=bool(user))
         except BadRequest:
             return None
@@ -87,13 +86,6 @@ def _fields(data: dict) -> SimpleNamespace:
         return SimpleNamespace(**value) if isinstance(value, dict) else value
     return SimpleNamespace(response_format=obj(data.get("response_format")),
                            structured_outputs=obj(data.get("structured_outputs")))
-
-
-def _same_json(a: str | None, b: str) -> bool:
-    try:
-        return a is not None and json.loads(a) == json.loads(b)
-    except (TypeError, ValueError):
-        return a == b
 
 
 def _marked(data: dict) -> bytes:

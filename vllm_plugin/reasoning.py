@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from toolbridge.events import Content, Event, Reasoning
 from toolbridge.parsing.thinking import ANSWER, PlainText, ThinkingSplit
-from toolbridge.steer.thinking import PROMPT_TAIL
+from toolbridge.steer.thinking import PROMPT_TAIL, ThinkingEnd
 from toolbridge.thinking import DEFAULT_THINKING, opened_by
 
 try:
@@ -104,14 +104,10 @@ class ToolbridgeReasoningParser(ReasoningParser):
         return len(token_ids) if end is None else end
 
     def _close_end(self, ids: Sequence[int]) -> int | None:
-        """The index after the token that completes the close marker, read a token at a time."""
-        close, seen = self.thinking.close, ""
-        for k, t in enumerate(ids):
-            seen += self._text([t])
-            if close in seen:
-                return k + 1
-            seen = seen[-len(close):]
-        return None
+        """The index after the token that completes the close marker, read a token at a time as the
+        logits processor reads it (toolbridge.steer.thinking.ThinkingEnd)."""
+        end = ThinkingEnd(self.thinking, (), None)
+        return next((k + 1 for k, t in enumerate(ids) if end.feed(self._text([t]))), None)
 
     # -- the answer -------------------------------------------------------------------------------
     def extract_reasoning(self, model_output: str, request: Any) -> tuple[str | None, str | None]:

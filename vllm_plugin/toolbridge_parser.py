@@ -11,7 +11,6 @@ object for the answer (extract_tool_calls, or the stream): vLLM hands the same o
 """
 from __future__ import annotations
 
-import json
 import weakref
 from functools import partial
 from typing import Any, Sequence
@@ -30,7 +29,7 @@ from toolbridge.parsing.stream import StreamParser
 from toolbridge.steer.args import ARG
 from toolbridge.thinking import EFFORT_BUDGETS
 from toolbridge.steer.vocab import hf_vocabulary
-from vllm_plugin.constraint import memoize_validation, structural_tag, user_constraint
+from vllm_plugin.constraint import memoize_validation, own_plan, structural_tag, user_constraint
 from vllm_plugin.middleware import AGAIN, install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
@@ -185,7 +184,7 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
     try:
         kw = dict(_fields(request), tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
         user = user_constraint(request)
-        own = _own_plan(kw, user) if isinstance(user, str) else None
+        own = own_plan(kw, user) if isinstance(user, str) else None
         req = own if own is not None else prepare(**kw, user_constraint=bool(user))
     except BadRequest as e:
         raise ValueError(e.message) from None
@@ -200,25 +199,6 @@ def _forget(key: int, ref: weakref.ref) -> None:
     """A request is gone: its plan goes with it (unless a newer request took its id already)."""
     if _PLANS.get(key, (None,))[0] is ref:
         del _PLANS[key]
-
-
-def _own_plan(kw: dict, tag: str) -> ToolRequest | None:
-    """The request's plan when its sole constraint, `tag`, is the structural tag toolbridge itself
-    sets for it, carried in from another process: vLLM's render / derender split hands /derender the
-    request as adjust_request left it, and the plan kept with the request lives in the other process."""
-    try:
-        req = prepare(**kw, user_constraint=False)
-    except BadRequest:
-        return None
-    ours = structural_tag(req) if req.mode not in (PLAIN, USER) and StructuredOutputsParams is not None else None
-    return req if ours is not None and _same_json(ours, tag) else None
-
-
-def _same_json(a: str, b: str) -> bool:
-    try:
-        return json.loads(a) == json.loads(b)
-    except (TypeError, ValueError):
-        return a == b
 
 
 # What the core reads of a Responses request (vLLM keeps a continued conversation itself).

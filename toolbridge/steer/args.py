@@ -34,26 +34,19 @@ def to_args(steering: Steering | None, guard: CallGuard | None, thinking: Thinki
 def from_args(args: Mapping[str, Any] | None) -> tuple[Steering | None, CallGuard | None]:
     """The steering and the (new) guard a request's arguments carry, each None where there is none,
     it is turned off, or it is malformed."""
-    try:
-        packed = args.get(ARG) if isinstance(args, Mapping) else None
-        if not isinstance(packed, Mapping):
-            return None, None
-        return _part(Steering.unpack, packed.get("steering")), _part(CallGuard.unpack, packed.get("guard"))
-    except Exception:  # a mapping of nobody's making whose get raises
-        return None, None
+    return _part(args, "steering", Steering.unpack), _part(args, "guard", CallGuard.unpack)
 
 
 def thinking_from_args(args: Mapping[str, Any] | None) -> ThinkingEnd | None:
     """The thinking end a request's arguments carry (None where there is none or it is malformed)."""
+    return _part(args, "thinking", ThinkingEnd.unpack)
+
+
+def _part(args: Any, key: str, unpack: Any) -> Any:
+    """One packed part of toolbridge's argument, unpacked; None for anything not of toolbridge's making
+    (a mapping whose get raises, a number too large for a float): ignored all the same."""
     try:
         packed = args.get(ARG) if isinstance(args, Mapping) else None
-        return _part(ThinkingEnd.unpack, packed.get("thinking")) if isinstance(packed, Mapping) else None
-    except Exception:  # a mapping of nobody's making whose get raises
-        return None
-
-
-def _part(unpack: Any, data: Any) -> Any:
-    try:
-        return unpack(data)
-    except Exception:  # what unpack does not expect (a number too large for a float): ignored all the same
+        return unpack(packed.get(key)) if isinstance(packed, Mapping) else None
+    except Exception:
         return None
