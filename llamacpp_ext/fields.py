@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from llama_cpp.server.types import CreateChatCompletionRequest
 from pydantic import ValidationError
-from toolbridge import BadRequest
-from toolbridge.tools import EMPTY_PARAMETERS
+from toolbridge.engine import EMPTY_PARAMETERS, BadRequest
 
 
 def adapt_request(data: dict) -> None:

@@ -27,8 +27,7 @@ from urllib.parse import parse_qs
 
 from toolbridge.apis import anthropic, responses, responses_stream, validate
 from toolbridge.apis.fields import new_id
-from toolbridge.errors import BadRequest
-from toolbridge.request import plan
+from toolbridge.engine import BadRequest, plan
 from toolbridge.serving import shape
 from toolbridge.serving.asgi import (check_request, count_tokens_chat, read_body, receive_body, replay, send_json,
                                      with_body)

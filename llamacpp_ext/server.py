@@ -39,7 +39,7 @@ from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
 from llama_cpp.server.types import CreateChatCompletionRequest
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
-from toolbridge.options import check_environment
+from toolbridge.engine import check_environment
 from toolbridge.serving.asgi import CHAT_PATH, Passed, RequestCheck, check_request, send_json
 
 from . import HANDLER_NAME, register

@@ -7,6 +7,7 @@ part); everything after the text, the parser, deltas, finish reasons, is the rea
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -266,3 +267,21 @@ def test_llamacpp_watch_finds_any_trigger_and_holds_what_may_become_one():
     assert w.find("see Action: f", lambda at: at == 0) is None  # a line-start trigger mid-line
     assert w.held('ok {"name": "get_w') == len('{"name": "get_w')
     assert w.held("ok <tool") == len("<tool") and w.held("ok") == 0 and w.held("</") == 2
+
+
+def test_the_adapters_reach_the_core_through_one_module():
+    """Each adapter's generation side imports the core through toolbridge.engine, its server side through
+    toolbridge.serving and toolbridge.apis: a name that moves inside the core is mended in one place."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    allowed = ("toolbridge.engine", "toolbridge.serving", "toolbridge.apis")
+    reached = {}
+    for path in [*root.glob("vllm_plugin/*.py"), *root.glob("llamacpp_ext/*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                if (name == "toolbridge" or name.startswith("toolbridge.")) and not name.startswith(allowed):
+                    reached.setdefault(name, []).append(f"{path.parent.name}/{path.name}")
+    assert reached == {}

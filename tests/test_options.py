@@ -50,6 +50,28 @@ def test_a_good_environment_starts():
     check_environment({"TOOLBRIDGE_CALL_BIAS": "2", "TOOLBRIDGE_WORD_CHECKS": "asked,grounded", "PATH": "/bin"})
 
 
+def test_a_server_reads_its_environment_once_as_it_starts(monkeypatch):
+    """check_environment (run as each server starts) keeps the process's TOOLBRIDGE_* variables; a request
+    then reads those, not os.environ again, and its own kwargs still win. Before any start, os.environ is read."""
+    import toolbridge.options as options
+
+    monkeypatch.setattr(options, "_STARTED", None)
+    monkeypatch.setattr(options, "_STARTED_BASE", [None, None])
+    monkeypatch.setenv("TOOLBRIDGE_CALL_BIAS", "2")
+    assert resolve().policy.call_bias == 2.0  # nothing started: read now
+    check_environment()
+    monkeypatch.setenv("TOOLBRIDGE_CALL_BIAS", "4")
+    monkeypatch.setenv("TOOLBRIDGE_DIALECT", "json")
+    assert (resolve().policy.call_bias, resolve().dialect.name) == (2.0, "tags")  # as it started
+    assert resolve() is resolve()  # one value per profile, made once
+    assert resolve(tool_trained=True).policy.call_bias == 2.0
+    assert resolve({"tb_call_bias": 1}).policy.call_bias == 1.0
+    assert resolve({"tb_call_bias": None}).policy.call_bias == default("tb_call_bias")  # null: the default
+    assert resolve(env={}).policy.call_bias == default("tb_call_bias")  # a mapping given is read as it is
+    check_environment()  # a server started again reads it again
+    assert (resolve().policy.call_bias, resolve().dialect.name) == (4.0, "json")
+
+
 def test_tool_choice_none_stops_at_the_dialects_call_and_result_tags():
     """A text answer with tools in play ends where a model copying its history would write markup."""
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]

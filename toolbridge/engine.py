@@ -1,52 +1,65 @@
-"""What an engine adapter needs of the core, in one module: llama.cpp's (llamacpp_ext) generation side
-imports the core through it, so the core's contract with an engine is read here, and a name moving
-inside the core is mended here.
+"""What an engine adapter needs of the core, in one module: the generation side of both adapters
+(llamacpp_ext, vllm_plugin) imports the core through it, so the core's contract with an engine is read
+here, and a name moving inside the core is mended here.
 
 An adapter makes a request's plan once (`check` and `plan`, or `prepare`: a `ToolRequest`, 400s as
-`BadRequest`) and translates it into its engine's terms: the prompt (the stock template `wrap`ped and
-`compile_template`d, the plan's `tools_instruction`), the stops, the triggers and call frames its grammar
-is made of (`Entry`, `frames`, `separator`, `constrain` for the fallback), the steering and the call
-guard over the engine's `Vocabulary` (`Steering`, `CallGuard`, applied to logits with `token_changes`
-and `write`), and the thinking (`opened_by`, `with_budget`). The answer is read back by the plan's
-parser, behind `ThinkingSplit`, into events (`collect`, or `delta` for a stream, `message` for a whole
-answer). The server side (request checks, API shapes) is toolbridge.serving and toolbridge.apis.
+`BadRequest`; the options as the server started, `check_environment`) and translates it into its
+engine's terms: the prompt (the stock template `wrap`ped and `compile_template`d, the plan's
+`tools_instruction`), the stops, the triggers and call frames its grammar or structural tag is made of
+(`Entry`, `entries`, `Frame`, `frames`, `separator`, `constrain` for the fallback), the steering and the
+call guard over the engine's `Vocabulary` (`Steering`, `CallGuard`, `Ending`, applied to logits with
+`token_changes` and `write`, or packed for a logits processor with `to_args` / `from_args`), and the
+thinking (`opened_by`, `with_budget`, `ThinkingEnd`). The answer is read back by the plan's parser,
+behind `ThinkingSplit`, into events (`collect`, or `delta` for a stream, `message` for a whole answer;
+`text_only` where the answer is plain text). The server side (request checks, API shapes) is
+toolbridge.serving and toolbridge.apis.
 """
-from .constrain.grammar import Entry, constrain, frames, separator
+from .constrain.grammar import MAX_WHITESPACE, Entry, Frame, constrain, entries, frames, separator
 from .deltas import delta, message
 from .dialects import Dialect
 from .errors import BadRequest
-from .events import CallEnd, Event, ToolCall
-from .jsondata import json_escape, json_string
+from .events import CallArgs, CallEnd, CallStart, Content, Event, Reasoning, ToolCall
+from .jsondata import json_escape, json_string, plain_data
 from .memo import Memo
-from .options import KEYS, resolve
+from .options import KEYS, check_environment, resolve
 from .parsing.answer import collect
-from .parsing.thinking import PlainText, ThinkingSplit
-from .prompt.chat_templates import FAMILIES, read_stock, renders_tools, template_path, wrap, writes_calls
+from .parsing.stream import StreamParser
+from .parsing.thinking import ANSWER, PlainText, ThinkingSplit
+from .prompt.chat_templates import (DIALECT_ENV, FAMILIES, read_stock, renders_tools, served_dialect, template_path,
+                                    wrap, writes_calls)
 from .prompt.render import compile_template, tools_instruction
-from .request import LAZY, PLAIN, STRICT, CheckedRequest, ToolRequest, ToolSet, check, plan, prepare
+from .request import (LAZY, PLAIN, STRICT, USER, CheckedRequest, ToolRequest, ToolSet, check, plan, prepare,
+                      text_only)
 from .schema import engine_schema, resolve_ref
-from .steer.callguard import CallGuard
-from .steer.logits import token_changes, write
+from .steer.args import ARG, from_args, thinking_from_args, to_args
+from .steer.callguard import POINTS, CallGuard
+from .steer.ending import Ending
+from .steer.logits import Edit, token_changes, write
 from .steer.steering import BAN, Steering
-from .steer.vocab import Vocabulary
-from .thinking import BUDGET_OPTION, DEFAULT_THINKING, opened_by, with_budget
-from .tools import Tool, ToolChoice
+from .steer.thinking import PROMPT_TAIL, ThinkingEnd
+from .steer.vocab import Vocabulary, hf_vocabulary
+from .thinking import BUDGET_OPTION, DEFAULT_THINKING, EFFORT_BUDGETS, opened_by, with_budget
+from .tools import EMPTY_PARAMETERS, Tool, ToolChoice
 
 __all__ = [
     # the request's plan
-    "BadRequest", "CheckedRequest", "LAZY", "PLAIN", "STRICT", "ToolRequest", "ToolSet", "check", "plan", "prepare",
-    "KEYS", "resolve", "Dialect", "Tool", "ToolChoice",
+    "BadRequest", "CheckedRequest", "LAZY", "PLAIN", "STRICT", "USER", "ToolRequest", "ToolSet", "check", "plan",
+    "prepare", "KEYS", "check_environment", "resolve", "Dialect", "EMPTY_PARAMETERS", "Tool", "ToolChoice", "plain_data",
     # the prompt
-    "FAMILIES", "compile_template", "read_stock", "renders_tools", "template_path", "tools_instruction", "wrap",
-    "writes_calls",
+    "DIALECT_ENV", "FAMILIES", "compile_template", "read_stock", "renders_tools", "served_dialect", "template_path",
+    "tools_instruction", "wrap", "writes_calls",
     # constraints
-    "Entry", "constrain", "engine_schema", "frames", "json_escape", "json_string", "resolve_ref", "separator",
+    "Entry", "Frame", "MAX_WHITESPACE", "constrain", "engine_schema", "entries", "frames", "json_escape",
+    "json_string", "resolve_ref", "separator",
     # steering
-    "BAN", "CallGuard", "Steering", "Vocabulary", "token_changes", "write",
+    "ARG", "BAN", "CallGuard", "Edit", "Ending", "POINTS", "Steering", "Vocabulary", "from_args", "hf_vocabulary",
+    "to_args", "token_changes", "write",
     # thinking
-    "BUDGET_OPTION", "DEFAULT_THINKING", "opened_by", "with_budget",
+    "BUDGET_OPTION", "DEFAULT_THINKING", "EFFORT_BUDGETS", "PROMPT_TAIL", "ThinkingEnd", "opened_by",
+    "thinking_from_args", "with_budget",
     # the answer
-    "CallEnd", "Event", "PlainText", "ThinkingSplit", "ToolCall", "collect", "delta", "message",
+    "ANSWER", "CallArgs", "CallEnd", "CallStart", "Content", "Event", "PlainText", "Reasoning", "ThinkingSplit",
+    "StreamParser", "ToolCall", "collect", "delta", "message", "text_only",
     # caches
     "Memo",
 ]

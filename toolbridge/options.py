@@ -72,19 +72,50 @@ class Options:
     template: str | None = None  # llama.cpp: the stock template's source (None: the model's own)
 
 
-def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] = os.environ,
+def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
             tool_trained: bool = False) -> Options:
     """Options from template kwargs, then environment, then the profile's defaults (ValueError for
-    a value of the wrong kind, an unknown dialect or a retired option in the kwargs; a retired
-    environment variable is refused once, at start: check_environment)."""
+    a value of the wrong kind, an unknown dialect or a retired option in the kwargs). `env`: None for
+    the server's environment as it started (check_environment keeps it; os.environ where nothing
+    started a server), or a mapping read as it is."""
     kwargs = kwargs or {}
     for key, now in RETIRED.items():
         if key in kwargs:
             raise ValueError(_retired(key, now))
+    base = _base(env, tool_trained)
+    own = [o for o in OPTIONS if o.key in kwargs] if kwargs else ()
+    if not own:
+        return base.options
+    v = dict(base.values)
+    for o in own:
+        v[o.key] = _DEFAULTS[tool_trained][o.key] if kwargs[o.key] is None else _read(o, kwargs[o.key])
+    return _options(v)
+
+
+@dataclass(frozen=True)
+class _Base:
+    values: dict  # each option's value from the environment, else its default
+    options: Options  # the same values as Options: what a request that sets no option gets
+
+
+def _base(env: Mapping[str, str] | None, tool_trained: bool) -> _Base:
+    """The options before a request's own: from the started environment once per profile, else
+    from `env` (or os.environ) now."""
+    kept = env is None and _STARTED is not None
+    if kept and _STARTED_BASE[tool_trained] is not None:
+        return _STARTED_BASE[tool_trained]
+    env = _STARTED if kept else os.environ if env is None else env
     v = {}
     for o in OPTIONS:
-        value = kwargs[o.key] if o.key in kwargs else env.get(o.env)
+        value = env.get(o.env)
         v[o.key] = _DEFAULTS[tool_trained][o.key] if value is None else _read(o, value)
+    base = _Base(v, _options(v))
+    if kept:
+        _STARTED_BASE[tool_trained] = base
+    return base
+
+
+def _options(v: Mapping[str, Any]) -> Options:
     return Options(dialect=v["tb_dialect"], policy=Policy.from_options(v), example=v["tb_example"],
                    system_role=v["tb_system_role"], template=v["tb_template"])
 
@@ -93,9 +124,17 @@ def _defaults(tool_trained: bool) -> dict[str, Any]:
     return {o.key: None if (d := o.default_for(tool_trained)) is None else _read(o, d) for o in OPTIONS}
 
 
+# The server's TOOLBRIDGE_* variables as it started (check_environment), and the options they give
+# per profile: a server reads its environment once, as vLLM does its own once its engine is up.
+_STARTED: dict[str, str] | None = None
+_STARTED_BASE: list[_Base | None] = [None, None]
+
+
 def check_environment(env: Mapping[str, str] = os.environ) -> None:
     """Refuse a retired option set in the environment (ValueError), and any value of the wrong kind:
-    the servers call this as they start, so a bad setting stops the start, not every request."""
+    the servers call this as they start, so a bad setting stops the start, not every request. The
+    process's own environment, once checked, is the one its requests read (resolve)."""
+    global _STARTED
     for key, now in RETIRED.items():
         if env_name(key) in env:
             raise ValueError(_retired(env_name(key), env_name(now)))
@@ -107,6 +146,9 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
             _read(o, value)
         except ValueError as e:
             raise ValueError(f"{o.env}: {e}") from None
+    if env is os.environ:
+        _STARTED = {o.env: env[o.env] for o in OPTIONS if o.env in env}
+        _STARTED_BASE[:] = [None, None]
 
 
 def _retired(name: str, now: str) -> str:

@@ -20,14 +20,13 @@ and `ToolSet.memo` keeps each engine's artefacts with the set.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
 from .jsondata import plain_data
-from .parsing.markers import plain_stops
+from .parsing.markers import TurnCut, plain_stops
 from .memo import Memo
 from .dialects import Dialect
 from .errors import BadRequest
@@ -37,7 +36,7 @@ from .steer.callguard import CallGuard
 from .steer.ending import Follow, closes
 from .options import Options, resolve
 from .steer.policy import Decisions, Policy
-from .parsing.answer import ParseResult, parse
+from .parsing.answer import ParseResult, TextOnly, parse
 from .steer.grounding import conversation_marks, invented
 from .steer.relevance import asked_for, own_words, tool_words, unrelated, user_words
 from .steer.args import to_args
@@ -299,7 +298,7 @@ def check(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Seq
 
 def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None = None,
          user_constraint: bool = False, tool_trained: bool = False, thinking_budget: int | None = None,
-         reasoning_effort: Any = None, env: Mapping[str, str] = os.environ) -> ToolRequest:
+         reasoning_effort: Any = None, env: Mapping[str, str] | None = None) -> ToolRequest:
     """The request's plan for the served model; raises BadRequest for a request that must be
     answered 400. `tool_trained`: the model's own template renders tools (its defaults differ:
     toolbridge.options.PROFILES). `thinking_budget`, `reasoning_effort`: what the request asks of the
@@ -336,7 +335,7 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,
             tool_trained: bool = False, thinking_budget: int | None = None, reasoning_effort: Any = None,
-            env: Mapping[str, str] = os.environ, **fields: Any) -> ToolRequest:
+            env: Mapping[str, str] | None = None, **fields: Any) -> ToolRequest:
     """`check` and `plan` at once: the plan of a chat request whose tool fields are `fields`."""
     return plan(check(**fields), template_kwargs=template_kwargs, user_constraint=user_constraint,
                 tool_trained=tool_trained, thinking_budget=thinking_budget, reasoning_effort=reasoning_effort,
@@ -380,3 +379,9 @@ def follows_user_turn(messages: Sequence[Any]) -> bool:
         if role != "system":
             return role == "user"
     return False
+
+
+def text_only(req: ToolRequest | None) -> TurnCut | TextOnly:
+    """The reader of a plain answer's text: cut at turn markers; with tools in play (tool_choice none),
+    read by the plan's parser too, so that call or history markup the model writes is not shown."""
+    return TextOnly(req.parser()) if req is not None and req.tools else TurnCut()

@@ -32,11 +32,8 @@ from typing import Any, Sequence
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.steer.args import from_args, thinking_from_args
-from toolbridge.steer.logits import Edit, token_changes, write
-from toolbridge.steer.steering import BAN
-from toolbridge.steer.thinking import PROMPT_TAIL
-from toolbridge.steer.vocab import Vocabulary, hf_vocabulary
+from toolbridge.engine import (BAN, PROMPT_TAIL, Edit, Vocabulary, from_args, hf_vocabulary, thinking_from_args,
+                               token_changes, write)
 from vllm_plugin.rows import NEVER, POINT, Answer, CloseTables, end_tokens
 
 

@@ -19,12 +19,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-from toolbridge.dialects import Dialect
-from toolbridge.constrain.grammar import MAX_WHITESPACE, Frame, constrain, entries, frames, separator
-from toolbridge.memo import Memo
-from toolbridge.errors import BadRequest
-from toolbridge.request import PLAIN, USER, ToolRequest, prepare
-from toolbridge.tools import Tool, ToolChoice
+from toolbridge.engine import (MAX_WHITESPACE, PLAIN, USER, BadRequest, Dialect, Frame, Memo, Tool, ToolChoice,
+                               ToolRequest, constrain, entries, frames, prepare, separator)
 
 log = logging.getLogger("toolbridge.vllm")
 

@@ -26,9 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from toolbridge import BadRequest
-from toolbridge.prompt.chat_templates import DIALECT_ENV, read_stock, renders_tools, served_dialect
-from toolbridge.request import ToolRequest, prepare
+from toolbridge.engine import DIALECT_ENV, BadRequest, ToolRequest, prepare, read_stock, renders_tools, served_dialect
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
 from vllm_plugin.constraint import own_plan, user_constraint

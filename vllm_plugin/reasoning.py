@@ -18,10 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from toolbridge.events import Content, Event, Reasoning
-from toolbridge.parsing.thinking import ANSWER, PlainText, ThinkingSplit
-from toolbridge.steer.thinking import PROMPT_TAIL, ThinkingEnd
-from toolbridge.thinking import DEFAULT_THINKING, opened_by
+from toolbridge.engine import (ANSWER, DEFAULT_THINKING, PROMPT_TAIL, Content, Event, PlainText, Reasoning,
+                               ThinkingEnd, ThinkingSplit, opened_by)
 
 try:
     from vllm.reasoning import ReasoningParser, ReasoningParserManager

@@ -7,11 +7,7 @@ from typing import Any
 
 import torch
 
-from toolbridge.steer.callguard import POINTS, CallGuard
-from toolbridge.steer.ending import Ending
-from toolbridge.steer.steering import Steering
-from toolbridge.steer.thinking import ThinkingEnd
-from toolbridge.steer.vocab import Vocabulary
+from toolbridge.engine import POINTS, CallGuard, Ending, Steering, ThinkingEnd, Vocabulary
 
 
 class Answer:

@@ -15,20 +15,10 @@ import weakref
 from functools import partial
 from typing import Any, Sequence
 
-from toolbridge import BadRequest
+from toolbridge.engine import (ARG, EFFORT_BUDGETS, PLAIN, USER, BadRequest, CallArgs, CallEnd, CallStart, Event,
+                               StreamParser, ToolRequest, check_environment, delta, hf_vocabulary, plain_data, prepare,
+                               renders_tools, text_only)
 from toolbridge.apis import responses
-from toolbridge.deltas import delta
-from toolbridge.prompt.chat_templates import renders_tools
-from toolbridge.jsondata import plain_data
-from toolbridge.options import check_environment
-from toolbridge.events import CallArgs, CallEnd, CallStart, Event
-from toolbridge.parsing.markers import TurnCut
-from toolbridge.parsing.answer import TextOnly
-from toolbridge.request import PLAIN, USER, ToolRequest, prepare
-from toolbridge.parsing.stream import StreamParser
-from toolbridge.steer.args import ARG
-from toolbridge.thinking import EFFORT_BUDGETS
-from toolbridge.steer.vocab import hf_vocabulary
 from vllm_plugin.constraint import memoize_validation, own_plan, structural_tag, user_constraint
 from vllm_plugin.middleware import AGAIN, install as install_request_check
 
@@ -65,7 +55,7 @@ class ToolbridgeToolParser(ToolParser):
         except TypeError:  # releases before 0.12 take only the tokenizer
             super().__init__(tokenizer)
         self._stream: StreamParser | None = None
-        self._passthrough: TurnCut | TextOnly | None = None  # a plain answer
+        self._passthrough: Any = None  # a plain answer's reader (text_only)
         self._finished = False
 
     # -- request ---------------------------------------------------------------------------
@@ -79,6 +69,7 @@ class ToolbridgeToolParser(ToolParser):
         request.stop = list(req.stop)
         if req.mode in (PLAIN, USER):
             return request
+        tag = structural_tag(req) if StructuredOutputsParams is not None else None  # kept with the tool set
         sent = getattr(request, "vllm_xargs", None) or {}
         request.vllm_xargs = {k: v for k, v in sent.items() if k not in (ARG, AGAIN)}  # the rules' and the check's
         vocab = hf_vocabulary(self.model_tokenizer) if self.model_tokenizer is not None else None
@@ -90,7 +81,6 @@ class ToolbridgeToolParser(ToolParser):
         request.vllm_xargs.update(req.logit_args(vocab))
         if vocab is not None and getattr(request, "thinking_token_budget", None) is not None:
             request.thinking_token_budget = None  # the budget is the logits processor's now, not also vLLM's
-        tag = structural_tag(req) if StructuredOutputsParams is not None else None
         if tag is not None:
             request.structured_outputs = StructuredOutputsParams(structural_tag=tag)
             if hasattr(request, "response_format"):
@@ -104,7 +94,7 @@ class ToolbridgeToolParser(ToolParser):
         req = _plan(request, self.model_tokenizer) if request.tools else None
         if req is None or req.mode == PLAIN:
             return ExtractedToolCallInformation(tools_called=False, tool_calls=[],
-                                                content=_text_only(req).whole(model_output))
+                                                content=text_only(req).whole(model_output))
         result = req.parse(model_output)
         calls = result.calls
         return ExtractedToolCallInformation(
@@ -120,7 +110,7 @@ class ToolbridgeToolParser(ToolParser):
         if self._stream is None and self._passthrough is None:
             req = _plan(request, self.model_tokenizer) if request.tools else None
             if req is None or req.mode == PLAIN:
-                self._passthrough = _text_only(req)
+                self._passthrough = text_only(req)
             else:
                 self._stream = req.parser()
         if self._passthrough is not None:
@@ -161,12 +151,6 @@ class ToolbridgeToolParser(ToolParser):
                 self.prev_tool_call_arr[e.index]["arguments"] = e.call.arguments
         d = delta(events)
         return DeltaMessage.model_validate(d) if d is not None else None
-
-
-def _text_only(req: ToolRequest | None) -> TurnCut | TextOnly:
-    """A plain answer's text: cut at turn markers; with tools in play (tool_choice none), read by
-    the parser too, so that call or history markup the model writes is not shown."""
-    return TextOnly(req.parser()) if req is not None and req.tools else TurnCut()
 
 
 # Each request's plan while the request lives: by the request object's id, checked against a weak

@@ -55,9 +55,6 @@ def chat_request(body: Mapping[str, Any], history: list[dict] | None = None) -> 
     if not messages:
         raise BadRequest("input must not be empty.", param="input")
     chat["messages"] = messages
-    tools = body.get("tools")
-    if tools:
-        chat["tools"] = chat_tools(tools)
     if body.get("tool_choice") is not None:
         chat["tool_choice"] = chat_tool_choice(body["tool_choice"])
     if body.get("max_output_tokens") is not None:
@@ -70,6 +67,9 @@ def chat_request(body: Mapping[str, Any], history: list[dict] | None = None) -> 
             k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}}
     elif fmt.get("type") == "json_object":
         chat["response_format"] = {"type": "json_object"}
+    tools = body.get("tools")
+    if tools:
+        chat["tools"] = chat_tools(tools)
     reasoning = body.get("reasoning")
     if isinstance(reasoning, Mapping) and reasoning.get("effort") is not None:
         try:
