@@ -52,6 +52,7 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 MARKERS = ("<think>", "</think>")
 MODES = ("auto", "required", "named")
 SHARE = {"live_simple": 14, "live_multiple": 12, "live_parallel": 6}  # of 32
@@ -214,6 +215,16 @@ def leaks(answer: dict, other: dict | None) -> bool:
     return False
 
 
+def calls_in(text: str, tools: list) -> int:
+    """The complete calls toolbridge's parser reads in a text (any dialect), with the question's tools."""
+    from toolbridge.request import prepare
+
+    try:
+        return len(prepare(tools=tools, messages=[{"role": "user", "content": "?"}], env={}).parse(text).calls)
+    except Exception:  # a tool list the core refuses: counted as none
+        return 0
+
+
 def summarize(rows: list[dict], budget: int) -> dict:
     ok = [r for r in rows if "error" not in r]
     toks = [r["reasoning_tokens"] for r in ok if r.get("reasoning_tokens") is not None and r["reasoning"]]
@@ -225,7 +236,9 @@ def summarize(rows: list[dict], budget: int) -> dict:
             "reasoning": sum(bool(r["reasoning"].strip()) for r in ok),
             "tokens": toks, "over": sum(t > budget for t in toks), "finishes": finishes,
             "content": sum(bool((r["content"] or "").strip()) for r in ok),
-            "bare": sum(bool((r["content"] or "").strip()) and not r["reasoning"].strip() for r in ok)}
+            "bare": sum(bool((r["content"] or "").strip()) and not r["reasoning"].strip() for r in ok),
+            "inside": sum(bool(r.get("reasoning_calls")) for r in ok),
+            "lost": sum(bool(r.get("reasoning_calls")) and not r["calls"] for r in ok)}
 
 
 def pct(k: int, n: int) -> str:
@@ -235,16 +248,17 @@ def pct(k: int, n: int) -> str:
 def table(mode: str, whole: list[dict], streamed: list[dict], budget: int, approx: bool) -> str:
     lines = [f"### tool_choice {mode}", "",
              "| kind | answers | errors | ended in a call | calls | content with thinking/marker | non-empty content "
-             "| content, no reasoning | non-empty reasoning | reasoning tokens mean / max (budget %d)%s | over budget | finish reasons |" % (
-                 budget, " ~usage" if approx else ""),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| content, no reasoning | non-empty reasoning | reasoning tokens mean / max (budget %d)%s | over budget "
+             "| a call in the reasoning (no call after) | finish reasons |" % (budget, " ~usage" if approx else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for kind, rows in (("whole", whole), ("streamed", streamed)):
         s = summarize(rows, budget)
         t = s["tokens"]
         mean = f"{sum(t) / len(t):.1f} / {max(t)}" if t else "-"
         fin = ", ".join(f"{k} {v}" for k, v in sorted(s["finishes"].items()))
         lines.append(f"| {kind} | {s['n']} | {s['errors']} | {pct(s['called'], s['n'])} | {s['calls']} | {s['leaks']} "
-                     f"| {s['content']} | {s['bare']} | {pct(s['reasoning'], s['n'])} | {mean} | {s['over']} | {fin} |")
+                     f"| {s['content']} | {s['bare']} | {pct(s['reasoning'], s['n'])} | {mean} | {s['over']} "
+                     f"| {s['inside']} ({s['lost']}) | {fin} |")
     pairs = [(w, s) for w, s in zip(whole, streamed) if "error" not in w and "error" not in s]
     c = sum(same_calls(w["calls"], s["calls"]) for w, s in pairs)
     r = sum(w["reasoning"] == s["reasoning"] for w, s in pairs)
@@ -286,7 +300,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--venv", default=str(ROOT / ".cache" / "bfcl-venv"), help="bfcl's venv (its possible answers)")
     p.add_argument("--out", help="JSON-lines file for every answer")
     p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--rescore", help="print the tables of a file --out wrote (no server asked)")
     args = p.parse_args(argv)
+    if args.rescore:
+        return rescore(Path(args.rescore), Path(args.requests), args.budget)
 
     requests = Path(args.requests)
     if not requests.exists():
@@ -323,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
                     a["leak"] = leaks(a, other if "error" not in other else None)
                     a["reasoning_tokens"] = count(a["reasoning"]) if not approx else (
                         a["completion_tokens"] if a["reasoning"] else 0)
+                    a["reasoning_calls"] = calls_in(a["reasoning"], q["tools"])
                 results[mode][kind].append(a)
                 if out:
                     out.write(json.dumps(a) + "\n")
@@ -335,6 +353,21 @@ def main(argv: list[str] | None = None) -> None:
           f"{'the server tokenizer ' + count.route if not approx else 'usage completion_tokens (approximate, includes the answer)'}\n")
     for mode, kinds in results.items():
         print(table(mode, kinds["whole"], kinds["streamed"], args.budget, approx))
+        print()
+
+
+def rescore(answers: Path, requests: Path, budget: int) -> None:
+    """The tables of a run's answers again, with the calls in each reasoning counted by today's parser."""
+    tools = {r["id"]: r["tools"] for r in map(json.loads, open(requests, encoding="utf-8")) if r}
+    rows = [json.loads(line) for line in open(answers, encoding="utf-8") if line.strip()]
+    results: dict[str, dict[str, list]] = {}
+    for a in rows:
+        if "error" not in a:
+            a["reasoning_calls"] = calls_in(a["reasoning"], tools[a["id"]])
+        results.setdefault(a["mode"], {"whole": [], "streamed": []})[a["kind"]].append(a)
+    print(f"# thinking matrix, rescored: {answers}, budget {budget}\n")
+    for mode, kinds in results.items():
+        print(table(mode, kinds["whole"], kinds["streamed"], budget, False))
         print()
 
 
