@@ -204,6 +204,12 @@ def same_calls(a: list, b: list) -> bool:
     return [(n, parsed(x)) for n, x in a] == [(n, parsed(x)) for n, x in b]
 
 
+def same_answer(w: dict, s: dict) -> bool:
+    """The same calls, reasoning and content."""
+    return same_calls(w["calls"], s["calls"]) and w["reasoning"] == s["reasoning"] and \
+        (w["content"] or "") == (s["content"] or "")
+
+
 def leaks(answer: dict, other: dict | None) -> bool:
     content = answer.get("content") or ""
     if any(m in content for m in MARKERS):
@@ -263,15 +269,13 @@ def table(mode: str, whole: list[dict], streamed: list[dict], budget: int, appro
     c = sum(same_calls(w["calls"], s["calls"]) for w, s in pairs)
     r = sum(w["reasoning"] == s["reasoning"] for w, s in pairs)
     o = sum((w["content"] or "") == (s["content"] or "") for w, s in pairs)
-    a = sum(same_calls(w["calls"], s["calls"]) and w["reasoning"] == s["reasoning"]
-            and (w["content"] or "") == (s["content"] or "") for w, s in pairs)
+    a = sum(same_answer(w, s) for w, s in pairs)
     lines += ["", f"streamed == whole ({len(pairs)} pairs): calls {c}, reasoning {r}, content {o}, all three {a}"]
     shown = 0
     for w, s in pairs:
         if shown >= 3:
             break
-        if not (same_calls(w["calls"], s["calls"]) and w["reasoning"] == s["reasoning"]
-                and (w["content"] or "") == (s["content"] or "")):
+        if not same_answer(w, s):
             shown += 1
             lines.append(f"- {w['id']}: whole {brief(w)} | streamed {brief(s)}")
     for rows in (whole, streamed):
@@ -280,6 +284,12 @@ def table(mode: str, whole: list[dict], streamed: list[dict], budget: int, appro
                 lines.append(f"- error {x['id']} ({x['kind']}): {x['error'][:200]}")
                 break
     return "\n".join(lines)
+
+
+def tables(results: dict[str, dict[str, list]], budget: int, approx: bool) -> None:
+    for mode, kinds in results.items():
+        print(table(mode, kinds["whole"], kinds["streamed"], budget, approx))
+        print()
 
 
 def brief(a: dict) -> str:
@@ -351,9 +361,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# thinking matrix: {args.model} at {args.base_url}, {len(qs)} questions, budget {args.budget}, "
           f"max_tokens {args.max_tokens}, temperature 0; reasoning tokens by "
           f"{'the server tokenizer ' + count.route if not approx else 'usage completion_tokens (approximate, includes the answer)'}\n")
-    for mode, kinds in results.items():
-        print(table(mode, kinds["whole"], kinds["streamed"], args.budget, approx))
-        print()
+    tables(results, args.budget, approx)
 
 
 def rescore(answers: Path, requests: Path, budget: int) -> None:
@@ -366,9 +374,7 @@ def rescore(answers: Path, requests: Path, budget: int) -> None:
             a["reasoning_calls"] = calls_in(a["reasoning"], tools[a["id"]])
         results.setdefault(a["mode"], {"whole": [], "streamed": []})[a["kind"]].append(a)
     print(f"# thinking matrix, rescored: {answers}, budget {budget}\n")
-    for mode, kinds in results.items():
-        print(table(mode, kinds["whole"], kinds["streamed"], budget, False))
-        print()
+    tables(results, budget, False)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,6 @@ def test_a_server_reads_its_environment_once_as_it_starts(monkeypatch):
     import toolbridge.options as options
 
     monkeypatch.setattr(options, "_STARTED", None)
-    monkeypatch.setattr(options, "_STARTED_BASE", [None, None])
     monkeypatch.setenv("TOOLBRIDGE_CALL_BIAS", "2")
     assert resolve().policy.call_bias == 2.0  # nothing started: read now
     check_environment()

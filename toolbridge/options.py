@@ -82,13 +82,14 @@ def resolve(kwargs: Mapping[str, Any] | None = None, env: Mapping[str, str] | No
     for key, now in RETIRED.items():
         if key in kwargs:
             raise ValueError(_retired(key, now))
-    base = _base(env, tool_trained)
+    base = _STARTED[tool_trained] if env is None and _STARTED is not None else \
+        _base(os.environ if env is None else env, tool_trained)
     own = [o for o in OPTIONS if o.key in kwargs] if kwargs else ()
     if not own:
         return base.options
     v = dict(base.values)
     for o in own:
-        v[o.key] = _DEFAULTS[tool_trained][o.key] if kwargs[o.key] is None else _read(o, kwargs[o.key])
+        v[o.key] = _value(o, kwargs[o.key], tool_trained)
     return _options(v)
 
 
@@ -98,21 +99,14 @@ class _Base:
     options: Options  # the same values as Options: what a request that sets no option gets
 
 
-def _base(env: Mapping[str, str] | None, tool_trained: bool) -> _Base:
-    """The options before a request's own: from the started environment once per profile, else
-    from `env` (or os.environ) now."""
-    kept = env is None and _STARTED is not None
-    if kept and _STARTED_BASE[tool_trained] is not None:
-        return _STARTED_BASE[tool_trained]
-    env = _STARTED if kept else os.environ if env is None else env
-    v = {}
-    for o in OPTIONS:
-        value = env.get(o.env)
-        v[o.key] = _DEFAULTS[tool_trained][o.key] if value is None else _read(o, value)
-    base = _Base(v, _options(v))
-    if kept:
-        _STARTED_BASE[tool_trained] = base
-    return base
+def _base(env: Mapping[str, str], tool_trained: bool) -> _Base:
+    """The options before a request's own: from the environment, else the profile's defaults."""
+    v = {o.key: _value(o, env.get(o.env), tool_trained) for o in OPTIONS}
+    return _Base(v, _options(v))
+
+
+def _value(o: Option, value: Any, tool_trained: bool) -> Any:
+    return _DEFAULTS[tool_trained][o.key] if value is None else _read(o, value)
 
 
 def _options(v: Mapping[str, Any]) -> Options:
@@ -124,10 +118,9 @@ def _defaults(tool_trained: bool) -> dict[str, Any]:
     return {o.key: None if (d := o.default_for(tool_trained)) is None else _read(o, d) for o in OPTIONS}
 
 
-# The server's TOOLBRIDGE_* variables as it started (check_environment), and the options they give
-# per profile: a server reads its environment once, as vLLM does its own once its engine is up.
-_STARTED: dict[str, str] | None = None
-_STARTED_BASE: list[_Base | None] = [None, None]
+# The options the server's environment gave as it started (check_environment), per profile: a server
+# reads its environment once, as vLLM does its own once its engine is up.
+_STARTED: tuple[_Base, _Base] | None = None
 
 
 def check_environment(env: Mapping[str, str] = os.environ) -> None:
@@ -147,8 +140,7 @@ def check_environment(env: Mapping[str, str] = os.environ) -> None:
         except ValueError as e:
             raise ValueError(f"{o.env}: {e}") from None
     if env is os.environ:
-        _STARTED = {o.env: env[o.env] for o in OPTIONS if o.env in env}
-        _STARTED_BASE[:] = [None, None]
+        _STARTED = (_base(env, False), _base(env, True))
 
 
 def _retired(name: str, now: str) -> str:

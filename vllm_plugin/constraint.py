@@ -92,10 +92,18 @@ def only_tag(so: Any) -> str | None:
     return tag if tag is not None and not any(getattr(so, k, None) for k in OTHER_CONSTRAINTS) else None
 
 
-def own_plan(fields: dict, tag: str) -> ToolRequest | None:
+def planned(fields: dict, user: bool | str) -> ToolRequest:
+    """The plan of a request whose constraint of its own is `user` (user_constraint): toolbridge's own
+    plan where that is the structural tag toolbridge sets for it, else the core's (BadRequest for a
+    request answered 400). `fields`: prepare's arguments. The parser and the request check plan alike."""
+    own = _own_plan(fields, user) if isinstance(user, str) else None
+    return own if own is not None else prepare(**fields, user_constraint=bool(user))
+
+
+def _own_plan(fields: dict, tag: str) -> ToolRequest | None:
     """The request's plan when its sole constraint, `tag`, is the structural tag toolbridge itself sets
     for it, carried in: vLLM's render / derender split hands /derender the request as adjust_request
-    left it, and the request check reads the body before the parser does. `fields`: prepare's arguments."""
+    left it, and the request check reads the body before the parser does."""
     try:
         req = prepare(**fields, user_constraint=False)
     except BadRequest:

@@ -26,10 +26,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from toolbridge.engine import DIALECT_ENV, BadRequest, ToolRequest, prepare, read_stock, renders_tools, served_dialect
+from toolbridge.engine import DIALECT_ENV, BadRequest, ToolRequest, read_stock, renders_tools, served_dialect
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
-from vllm_plugin.constraint import own_plan, user_constraint
+from vllm_plugin.constraint import planned, user_constraint
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +68,8 @@ class RequestCheck(_Check):
         kw = dict({k: data.get(k) for k in ("tools", "tool_choice", "parallel_tool_calls", "stop")},
                   messages=data.get("messages") or [], template_kwargs=data.get("chat_template_kwargs"),
                   tool_trained=self.tool_trained)
-        user = user_constraint(_fields(data))
-        own = own_plan(kw, user) if isinstance(user, str) else None
-        if own is not None:
-            return own
         try:
-            return prepare(**kw, user_constraint=bool(user))
+            return planned(kw, user_constraint(_fields(data)))
         except BadRequest:
             return None
 

@@ -16,10 +16,10 @@ from functools import partial
 from typing import Any, Sequence
 
 from toolbridge.engine import (ARG, EFFORT_BUDGETS, PLAIN, USER, BadRequest, CallArgs, CallEnd, CallStart, Event,
-                               StreamParser, ToolRequest, check_environment, delta, hf_vocabulary, plain_data, prepare,
+                               StreamParser, ToolRequest, check_environment, delta, hf_vocabulary, plain_data,
                                renders_tools, text_only)
 from toolbridge.apis import responses
-from vllm_plugin.constraint import memoize_validation, own_plan, structural_tag, user_constraint
+from vllm_plugin.constraint import memoize_validation, planned, structural_tag, user_constraint
 from vllm_plugin.middleware import AGAIN, install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
@@ -167,9 +167,7 @@ def _plan(request: Any, tokenizer: Any) -> ToolRequest:
         return kept[1]
     try:
         kw = dict(_fields(request), tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
-        user = user_constraint(request)
-        own = own_plan(kw, user) if isinstance(user, str) else None
-        req = own if own is not None else prepare(**kw, user_constraint=bool(user))
+        req = planned(kw, user_constraint(request))
     except BadRequest as e:
         raise ValueError(e.message) from None
     try:
