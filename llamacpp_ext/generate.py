@@ -30,6 +30,7 @@ from toolbridge.engine import BAN, BadRequest, CallGuard, Steering, Vocabulary, 
 
 from .compat import (GrammarSampler, base_seed, end_tokens, grammar_text, input_ids, is_end_of_generation,
                      last_logits, reuse_cache, sample_in_c, sampler_chain)
+from .interrupt import Interrupt
 
 _TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 
@@ -156,6 +157,10 @@ class Sampler:
         return not math.isinf(one[0].logit)
 
 
+# tokens of a prompt evaluated between two looks at the interrupt: on a CPU, prompt evaluation is
+# as fast in steps of 64 as of 512 (docs/measurements.md), and a step takes a fraction of a second
+EVAL_STEP = 64
+
 # How a phase ended (LIMIT: the phase's own token limit).
 EOG, STOP, LENGTH, TRIGGER, LIMIT = "eog", "stop", "length", "trigger", "limit"
 
@@ -165,8 +170,10 @@ class Session:
 
     def __init__(self, llama: llama_cpp.Llama, prompt_text: str, prompt_tokens: Sequence[int], sampling: Sampling,
                  *, seed: int | None, max_tokens: int | None, stop: Sequence[str], steering: Steering | None = None,
-                 guard: CallGuard | None = None, vocab: Vocabulary | None = None):
+                 guard: CallGuard | None = None, vocab: Vocabulary | None = None,
+                 interrupt: Interrupt | None = None):
         self.llama = llama
+        self.interrupt = interrupt  # checked before each evaluation: the answer ends when it is set
         self.prompt_text = prompt_text
         self.tokens = list(prompt_tokens)
         self.n_prompt = len(self.tokens)
@@ -203,9 +210,17 @@ class Session:
     def prefill(self) -> None:
         """Evaluate the prompt (what the KV cache does not already hold), so that a stream's
         first chunk goes out when generation starts, not before a long prompt evaluation."""
-        todo = reuse_cache(self.llama, self.tokens)
-        if todo:
-            self.llama.eval(todo)
+        self.evaluate(reuse_cache(self.llama, self.tokens))
+
+    def evaluate(self, tokens: list[int]) -> None:
+        """Evaluate `tokens` EVAL_STEP at a time (Llama.eval batches them the same way within its
+        n_batch), checking the interrupt before each step: a long prompt whose client left is not
+        evaluated to its end."""
+        step = max(1, min(self.llama.n_batch, EVAL_STEP))
+        for i in range(0, len(tokens), step):
+            if self.interrupt is not None:
+                self.interrupt.check(self.completion_tokens)
+            self.llama.eval(tokens[i:i + step])
 
     def think(self, close: str, budget: int | None, forced: bool) -> Iterator[str]:
         """The thinking the prompt opened, up to its `close` marker, with no steering, call guard or
@@ -259,7 +274,9 @@ class Session:
         try:
             while True:
                 if todo:
-                    llama.eval(todo)
+                    self.evaluate(todo)
+                elif self.interrupt is not None:
+                    self.interrupt.check(self.completion_tokens)
                 token = sampler.next(self.tokens)
                 if is_end_of_generation(llama, token):
                     self.ended = EOG

@@ -25,6 +25,7 @@ from toolbridge.engine import (BUDGET_OPTION, BadRequest, CallEnd, CheckedReques
 from . import prompt
 from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, logit_bias_ids
 from .grammar import answer_grammar, constrains, entry_grammar, user_grammar
+from .interrupt import Interrupt, Interrupted, error_body, logged
 from .model import Model, model_of
 
 REQUEST_KEYS = ("parallel_tool_calls", "stream_options", "reasoning_effort", "chat_template_kwargs")
@@ -34,10 +35,12 @@ REQUEST_KEYS = ("parallel_tool_calls", "stream_options", "reasoning_effort", "ch
 class ChatContext:
     """What the handler's arguments lack of a chat request: the request fields llama-cpp-python's
     request model drops (REQUEST_KEYS), and its tool fields as the server checked them (`checked`,
-    toolbridge.request.check: the handler plans from them, not checking again). The server's chat
-    route passes it (server.py); a caller of Llama.create_chat_completion passes the fields as keywords."""
+    toolbridge.request.check: the handler plans from them, not checking again), and the answer's
+    `interrupt` (set when its client leaves: interrupt.py). The server's chat route passes it
+    (server.py); a caller of Llama.create_chat_completion passes the fields as keywords."""
 
     checked: CheckedRequest | None = None
+    interrupt: Interrupt | None = None
     parallel_tool_calls: Any = None
     stream_options: Any = None
     reasoning_effort: Any = None
@@ -95,7 +98,7 @@ def toolbridge_chat_handler(
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])],
                       steering=req.steering(vocab) if req.steer and p.entries else None,
-                      guard=req.call_guard(), vocab=vocab)
+                      guard=req.call_guard(), vocab=vocab, interrupt=context.interrupt)
     answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=p.thinking)
     if stream:
         return answer.chunks(bool((context.stream_options or {}).get("include_usage")))
@@ -231,6 +234,16 @@ class Answer:
                 "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
 
     def chunks(self, include_usage: bool = False) -> Iterator[dict]:
+        """The answer's stream chunks. Ended early (interrupt.py), it stops: where the server is
+        stopping, with an error chunk its client reads as the stream's error."""
+        try:
+            yield from self._chunks(include_usage)
+        except Interrupted as e:
+            if e.stopping:
+                logged(e.reason, e.tokens)
+                yield error_body(e.reason)
+
+    def _chunks(self, include_usage: bool) -> Iterator[dict]:
         self.session.prefill()
         yield self._chunk({"role": "assistant", "content": ""} if self.req.mode == PLAIN else {"role": "assistant"})
         calls: list[ToolCall] = []

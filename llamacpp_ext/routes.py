@@ -291,9 +291,17 @@ async def _send_error(route: Any, send: Callable, status: int | None, body: Any)
     await send_json(send, status, route.error_from_chat(status, body if isinstance(body, dict) else {}))
 
 
+def _status(chunk: dict) -> int:
+    """The HTTP status an error chunk stands for (its `code` where that is one, else 500)."""
+    code = chunk["error"].get("code")
+    return code if isinstance(code, int) and 400 <= code < 600 else 500
+
+
 class _StreamRelay:
     """Chat SSE chunks -> the API's SSE events, as they arrive. A chat error before the stream
-    starts (the guard answers it 400) is answered in the API's error shape."""
+    starts (the guard answers it 400) is answered in the API's error shape. A stream that failed
+    (an error chunk) or was cut before its last chunk (the client left, the server stopped) ends
+    after the API's error event, with no closing events: it is neither completed nor stored."""
 
     def __init__(self, route: Any, send: Callable):
         self.route, self.downstream = route, send
@@ -302,6 +310,7 @@ class _StreamRelay:
         self.streaming = False
         self.buffer = ""
         self.error_chunks: list[bytes] = []
+        self.finished = self.failed = False  # a chunk carried a finish_reason; an error chunk came
 
     async def send(self, message: dict) -> None:
         if message["type"] == "http.response.start":
@@ -330,8 +339,11 @@ class _StreamRelay:
             except ValueError:
                 continue
             if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
-                events += self.route.stream_error(self.stream, 500, chunk)
+                self.failed = True
+                events += self.route.stream_error(self.stream, _status(chunk), chunk)
             elif isinstance(chunk, dict):
+                self.finished = self.finished or any(c.get("finish_reason") for c in chunk.get("choices") or ()
+                                                     if isinstance(c, dict))
                 events += self.stream.feed(chunk)
         await self._emit(events)
 
@@ -344,5 +356,9 @@ class _StreamRelay:
         if not self.streaming:
             await _send_error(self.route, self.downstream, self.status, _parse(self.error_chunks))
             return
-        await self._emit(self.route.finish(self.stream))
+        if not self.finished and not self.failed:
+            await self._emit(self.route.stream_error(self.stream, 500, {"error": {
+                "message": "The answer was cut off before it ended.", "type": "server_error", "code": 500}}))
+        elif self.finished and not self.failed:
+            await self._emit(self.route.finish(self.stream))
         await self.downstream({"type": "http.response.body", "body": b"", "more_body": False})

@@ -19,20 +19,25 @@
 - the chat route is toolbridge's (`serve_chat`): the stock route's steps, with the request's
   context (handler.ChatContext: the fields the stock request model drops, the checked tool fields)
   passed to the handler with the call;
-- `/v1/responses` and `/v1/messages` are served by translation into the chat route (routes.py).
+- `/v1/responses` and `/v1/messages` are served by translation into the chat route (routes.py);
+- an answer whose client leaves ends within a token, and a stop signal ends every answer first
+  (interrupt.py): the model is free for the next request, and the server exits promptly.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import json
 import re
-from typing import Any, Callable
+from dataclasses import replace
+from typing import Any, Awaitable, Callable
 
 import anyio
 import llama_cpp
 import llama_cpp.server.__main__ as server_main
 from fastapi import HTTPException, Request, status
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from llama_cpp.server import app as server_app
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
@@ -46,6 +51,7 @@ from . import HANDLER_NAME, register
 from .compat import create_chat_completion
 from .fields import adapt_request, check_fields
 from .handler import ERROR_PREFIX, ChatContext
+from .interrupt import CLIENT_LEFT, Interrupt, Interrupted, error_body, logged, on_exit, until_gone
 from .prompt import check_options
 from .routes import AgentRoutes
 
@@ -71,7 +77,8 @@ class ToolbridgeMiddleware(RequestCheck):
 
 def error_first_event_as_400(send: Callable) -> Callable:
     """A stream whose first event is an error (the handler found the request bad, e.g. a prompt
-    longer than the context) is answered 400 with that error instead of 200 and an error event.
+    longer than the context; or the server stopped it before it began: 503) is answered with that
+    error and its status (400 unless the error says 5xx) instead of 200 and an error event.
     The response start is held until the first event; SSE comments (pings) before it are dropped."""
     held: list[dict] = []
     state = {"decided": False, "dropped": False}
@@ -92,7 +99,8 @@ def error_first_event_as_400(send: Callable) -> Callable:
         error = _error_event(event)
         if error is not None:
             state["dropped"] = True
-            await send_json(send, 400, error)
+            code = error["error"].get("code")
+            await send_json(send, code if isinstance(code, int) and 500 <= code < 600 else 400, error)
             return
         state["decided"] = True
         for m in held:
@@ -141,6 +149,7 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    on_exit()
     RouteErrorHandler.pattern_and_formatters[re.compile(re.escape(ERROR_PREFIX) + r"(\{.*\})")] = _format_400
     original = server_main.create_app
 
@@ -172,21 +181,62 @@ async def create_chat_completion_route(request: Request, body: CreateChatComplet
     """llama-cpp-python's chat route (llama_cpp.server.app.create_chat_completion), step for step:
     the model lock, the request's logit_bias tokens, grammar and min_tokens, a stream through its
     EventSourceResponse with its pings, disconnects and interrupt_requests; with `chat_call` in place
-    of Llama.create_chat_completion."""
-    llama_call = chat_call(getattr(request.state, CONTEXT, None) or ChatContext())
+    of Llama.create_chat_completion, and the answer ended where its client leaves (interrupt.py)."""
+    context = replace(getattr(request.state, CONTEXT, None) or ChatContext(), interrupt=Interrupt())
+    llama_call = chat_call(context)
     kwargs = body.model_dump(exclude={"n", "logit_bias_type", "user", "min_tokens"})
     if kwargs.get("stream", False):
         send_chan, recv_chan = anyio.create_memory_object_stream(10)
-        return EventSourceResponse(recv_chan, data_sender_callable=functools.partial(
-            server_app.get_event_publisher, request=request, inner_send_chan=send_chan, body=body,
-            body_model=body.model, llama_call=llama_call, kwargs=kwargs),
-            sep="\n", ping_message_factory=server_app._ping_message_factory)
+        publish = functools.partial(server_app.get_event_publisher, request=request, inner_send_chan=send_chan,
+                                    body=body, body_model=body.model, llama_call=llama_call, kwargs=kwargs)
+        return EventSourceResponse(recv_chan, data_sender_callable=publish, sep="\n",
+                                   ping_message_factory=server_app._ping_message_factory,
+                                   client_close_handler_callable=left(context.interrupt), **STOP_GRACE)
     async with contextlib.asynccontextmanager(server_app.get_llama_proxy)() as proxy:
         llama = server_app.prepare_request_resources(body, proxy, body.model, kwargs)
         if await request.is_disconnected():
             print(f"Disconnected from client (via refresh/close) before llm invoked {request.client}")
             raise HTTPException(status_code=status.HTTP_400_BAD_REQUEST, detail="Client closed request")
-        return await run_in_threadpool(llama_call, llama, **kwargs)
+        try:
+            return await while_connected(request, context.interrupt, run_in_threadpool(llama_call, llama, **kwargs))
+        except Interrupted as e:
+            logged(e.reason, e.tokens)
+            return JSONResponse(error_body(e.reason), status_code=503 if e.stopping else CLIENT_CLOSED)
+
+
+CLIENT_CLOSED = 499  # the status a proxy logs for a request whose client closed it (nobody reads it)
+# a stream told to stop by the server's exit is given this long to write its error and end
+# (sse-starlette's grace period, where the installed version has one) before it is cut
+STOP_GRACE = ({"shutdown_grace_period": 3.0}
+              if "shutdown_grace_period" in inspect.signature(EventSourceResponse.__init__).parameters else {})
+
+
+def left(interrupt: Interrupt) -> Callable[[dict], Awaitable[None]]:
+    """What a stream calls when its client disconnects (before it stops reading the answer): the
+    answer's interrupt is set, so that the chunk or prompt being generated in a thread ends too."""
+
+    async def client_left(message: dict) -> None:
+        interrupt.client_left()
+        logged(CLIENT_LEFT)
+
+    return client_left
+
+
+async def while_connected(request: Request, interrupt: Interrupt, work: Awaitable[Any]) -> Any:
+    """`work`'s result (or its exception, as it is), with the request's client watched meanwhile:
+    its disconnect sets the answer's interrupt, which ends the generation in its thread."""
+    error: BaseException | None = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(until_gone, request.receive, interrupt)
+        try:
+            result = await work
+        except Exception as e:  # raised below as it is, not inside the task group's ExceptionGroup
+            error = e
+        finally:
+            group.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    return result
 
 
 def serve_chat(app: Any, path: str = "/v1" + CHAT_PATH) -> None:

@@ -25,6 +25,7 @@ E2E_ORDER = [
     "test_vllm_033",  # the parser-level tests on vLLM 0.33, in their own environment
     "test_llamacpp_e2e",
     "test_vllm_e2e",
+    "test_faults_e2e",  # hang-ups, SIGTERM and a short soak, on the two servers above while they are up
     "test_llama_server_e2e",
     "test_thinking_vllm_e2e",
     "test_tool_trained_e2e",
