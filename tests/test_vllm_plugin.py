@@ -273,7 +273,8 @@ def test_the_plugin_puts_its_request_check_in_front_of_every_app_once():
 
 def app_built_with_template(template: str, env: dict) -> subprocess.CompletedProcess:
     """vLLM's launcher building an app for `--chat-template template` with `env`, in a fresh
-    interpreter where the plugin registered itself; prints TOOLBRIDGE_DIALECT afterwards."""
+    interpreter where the plugin registered itself; prints TOOLBRIDGE_DIALECT afterwards, then the
+    dialect of the options a request with no options of its own gets."""
     script = (f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
               "import os\nfrom argparse import Namespace\nfrom fastapi import FastAPI\n"
               "from vllm.plugins import load_general_plugins\nload_general_plugins()\n"
@@ -282,7 +283,8 @@ def app_built_with_template(template: str, env: dict) -> subprocess.CompletedPro
               "                 allowed_headers=['*'], api_key=None, enable_request_id_headers=False,\n"
               f"                 middleware=[], chat_template={template!r}, model='m')\n"
               "launcher.init_entrypoints_middleware(args, FastAPI(), ('generate',))\n"
-              "print(os.environ.get('TOOLBRIDGE_DIALECT'))")
+              "print(os.environ.get('TOOLBRIDGE_DIALECT'))\n"
+              "from toolbridge.options import resolve\nprint(resolve().dialect.name)")
     base = {k: v for k, v in os.environ.items() if k != "TOOLBRIDGE_DIALECT"}
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd="/", env={**base, **env})
 
@@ -295,10 +297,10 @@ def test_a_wrapped_template_sets_the_dialect_it_asks_for_and_refuses_another(tmp
     path = tmp_path / "json.jinja"
     path.write_text(wrap("{% for m in messages %}{{ m.content }}{% endfor %}", dialect="json"), encoding="utf-8")
     served = app_built_with_template(str(path), {})
-    assert served.returncode == 0 and served.stdout.strip().splitlines()[-1] == "json", served.stderr[-2000:]
+    assert served.returncode == 0 and served.stdout.strip().splitlines()[-2:] == ["json", "json"], served.stderr[-2000:]
     same = app_built_with_template(str(path), {"TOOLBRIDGE_DIALECT": "json"})
     assert same.returncode == 0, same.stderr[-2000:]
     refused = app_built_with_template(str(path), {"TOOLBRIDGE_DIALECT": "tags"})
     assert refused.returncode != 0 and "wrapped for the 'json' dialect" in refused.stderr, refused.stderr[-2000:]
     stock = app_built_with_template("{% for m in messages %}{{ m.content }}{% endfor %}", {})
-    assert stock.returncode == 0 and stock.stdout.strip().splitlines()[-1] == "None", stock.stderr[-2000:]
+    assert stock.returncode == 0 and stock.stdout.strip().splitlines()[-2:] == ["None", "tags"], stock.stderr[-2000:]

@@ -26,7 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from toolbridge.engine import DIALECT_ENV, BadRequest, ToolRequest, read_stock, renders_tools, served_dialect
+from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, check_environment, read_stock, renders_tools,
+                               served_dialect)
 from toolbridge.serving import again
 from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
 from vllm_plugin.constraint import planned, user_constraint
@@ -124,11 +125,13 @@ def install() -> bool:
 def check_template(args: Any) -> None:
     """The template vLLM serves (`--chat-template`, else the tokenizer's or model's directory) against
     TOOLBRIDGE_DIALECT: a template toolbridge wrapped records its dialect, which becomes this
-    process's default where the variable is unset; a variable that names another stops the start
-    (ValueError, toolbridge.prompt.chat_templates.served_dialect)."""
+    process's default where the variable is unset (and the options every request starts from are
+    made again with it: the plugin read the environment when it was imported, before this); a variable
+    that names another stops the start (ValueError, toolbridge.prompt.chat_templates.served_dialect)."""
     made = served_dialect(_served_template(args))
     if made and DIALECT_ENV not in os.environ:
         os.environ[DIALECT_ENV] = made
+        check_environment()
         log.info("toolbridge: the chat template was wrapped for the %r dialect; parsing and constraining it", made)
 
 
