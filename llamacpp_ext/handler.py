@@ -79,7 +79,7 @@ def toolbridge_chat_handler(
     no `context` (they take the place of the context's)."""
     context = replace(context or ChatContext(), **{k: kwargs.pop(k) for k in REQUEST_KEYS if k in kwargs})
     try:
-        kwargs = with_thinking_budget(kwargs, context)
+        kwargs = with_request_options(kwargs, context)
         p = prepare_answer(llama, messages=messages, tools=tools, tool_choice=tool_choice, functions=functions,
                            function_call=function_call, parallel_tool_calls=context.parallel_tool_calls,
                            stop=stop, grammar=grammar, response_format=response_format, logit_bias=logit_bias,
@@ -105,16 +105,26 @@ def toolbridge_chat_handler(
     return answer.response()
 
 
-def with_thinking_budget(options: dict, context: ChatContext) -> dict:
-    """The model's options with the request's own thinking budget, where it asks for one: its
-    `chat_template_kwargs.tb_thinking_budget` (what a Messages `thinking.budget_tokens` becomes), else
-    its `reasoning_effort` (toolbridge.thinking.EFFORT_BUDGETS). The other options are the model's."""
-    own = context.chat_template_kwargs if isinstance(context.chat_template_kwargs, dict) else None
+def with_request_options(options: dict, context: ChatContext) -> dict:
+    """The model's options under the request's own, as on vLLM: the toolbridge options (`tb_*`) of its
+    `chat_template_kwargs` (what a Messages `thinking.budget_tokens` becomes, too), and a thinking budget
+    from its `reasoning_effort` where it names none (toolbridge.thinking.EFFORT_BUDGETS). The stock
+    template (`tb_template`) names a file or family on the server: it is the model's setting only, and
+    a request that sets it is refused. The request's other keys are not template variables here."""
+    own = context.chat_template_kwargs if isinstance(context.chat_template_kwargs, dict) else {}
+    if TEMPLATE_OPTION in own:
+        raise BadRequest(f"{TEMPLATE_OPTION} is the served model's setting (--chat_template_kwargs, or the config "
+                         "file's chat_template_kwargs), not a request's.", param="chat_template_kwargs")
+    mine = {k: v for k, v in own.items() if k.startswith("tb_")}
     try:
-        budget = (with_budget(own, effort=context.reasoning_effort) or {}).get(BUDGET_OPTION)
+        budget = (with_budget(mine, effort=context.reasoning_effort) or {}).get(BUDGET_OPTION)
     except ValueError as e:
         raise BadRequest(str(e), param="reasoning_effort") from None
-    return options if budget is None else {**options, BUDGET_OPTION: budget}
+    merged = {**options, **mine}
+    return merged if budget is None else {**merged, BUDGET_OPTION: budget}
+
+
+TEMPLATE_OPTION = "tb_template"
 
 
 @dataclass(frozen=True)

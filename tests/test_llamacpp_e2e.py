@@ -19,6 +19,7 @@ import pytest
 from jsonschema.validators import validator_for
 
 import hostile
+from request_options import check_request_options
 from servers import PYTHON, Server, check_load, free_port, require
 from toolsets import READ, SEARCH, WEATHER, bench_question
 
@@ -454,3 +455,18 @@ def test_responses_store(oai):
         with pytest.raises(openai.BadRequestError) as e:
             oai.responses.create(model="smol", previous_response_id=rid, input="Hi", max_output_tokens=4)
         assert e.value.body["param"] == "previous_response_id"
+
+
+def test_a_requests_own_options_take_effect(client):
+    """tb_call_bias and tb_dialect in a request's chat_template_kwargs take effect, as on vLLM."""
+    check_request_options(client, "smollm2")
+
+
+def test_the_stock_template_is_not_a_requests_option(client):
+    """tb_template names a file or family on the server: a request that sets it is refused, with a 400
+    that says where it goes."""
+    import openai
+
+    with pytest.raises(openai.BadRequestError, match="served model's setting"):
+        client.chat.completions.create(model="smollm2", messages=PARIS, max_tokens=4,
+                                       extra_body={"chat_template_kwargs": {"tb_template": "/etc/hostname"}})

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 import hostile
+from request_options import check_request_options
 from servers import check_load, require
 from toolsets import CITY_WEATHER, SMALL_TOOLS, WEB_SEARCH, bench_question
 
@@ -334,3 +335,8 @@ def api_refused():
     """vLLM's own Messages route refuses each of these (its context is 8192 tokens; SmolLM2 reads no
     images): 400, in Anthropic's shape."""
     return set(MESSAGES_CASES)
+
+
+def test_a_requests_own_options_take_effect(client):
+    """tb_call_bias and tb_dialect in a request's chat_template_kwargs take effect, as on llama.cpp."""
+    check_request_options(client, "smollm2")
