@@ -29,7 +29,7 @@ from servers import LLAMACPP_SMOL_FLAGS, ROOT, llamacpp_ext, require
 pytestmark = [pytest.mark.e2e]
 
 LONG = 1500
-HANG_UP = 3.0
+HANG_UP = 2.0
 STORY = "Write a very long story about a dragon who learns to cook, with many chapters."
 API_PATHS = {"chat": "/chat/completions", "responses": "/responses", "messages": "/messages"}
 
