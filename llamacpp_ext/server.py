@@ -72,10 +72,10 @@ class ToolbridgeMiddleware(RequestCheck):
         return Passed({CONTEXT: context})
 
     def wrap_send(self, data: dict, send: Callable) -> Callable:
-        return error_first_event_as_400(send) if data.get("stream") else send
+        return first_event_error_as_answer(send) if data.get("stream") else send
 
 
-def error_first_event_as_400(send: Callable) -> Callable:
+def first_event_error_as_answer(send: Callable) -> Callable:
     """A stream whose first event is an error (the handler found the request bad, e.g. a prompt
     longer than the context; or the server stopped it before it began: 503) is answered with that
     error and its status (400 unless the error says 5xx) instead of 200 and an error event.

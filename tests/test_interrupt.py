@@ -14,7 +14,7 @@ from servers import ROOT, require
 require("llama_cpp")
 from llamacpp_ext import interrupt  # noqa: E402
 from llamacpp_ext.routes import ResponseStore, _Messages, _Responses, _StreamRelay  # noqa: E402
-from llamacpp_ext.server import error_first_event_as_400  # noqa: E402
+from llamacpp_ext.server import first_event_error_as_answer  # noqa: E402
 
 
 def test_an_interrupt_says_why_and_the_stop_counts_for_every_answer():
@@ -125,7 +125,7 @@ def test_a_stream_whose_first_event_is_an_error_answers_with_its_status(code, st
         sent.append(message)
 
     async def run():
-        send = error_first_event_as_400(downstream)
+        send = first_event_error_as_answer(downstream)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         body = json.dumps({"error": {"message": "no", "code": code}})
         await send({"type": "http.response.body", "body": f"data: {body}\n\n".encode(), "more_body": True})
