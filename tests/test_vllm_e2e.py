@@ -340,3 +340,21 @@ def api_refused():
 def test_a_requests_own_options_take_effect(client):
     """tb_call_bias and tb_dialect in a request's chat_template_kwargs take effect, as on llama.cpp."""
     check_request_options(client, "smollm2")
+
+
+@pytest.mark.parametrize("usage", [None, False, True], ids=["whole", "streamed", "streamed-with-usage"])
+def test_an_auto_call_cut_by_max_tokens_is_reported_cut(client, usage):
+    """vLLM reports every auto answer with a call as "tool_calls", also when max_tokens cut the call
+    off; the request check makes it "length" (whole, and streamed: the usage chunk it asks vLLM for
+    reaches the client only where the client asked for it)."""
+    kw = dict(model="smollm2", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+              tools=[CITY_WEATHER], max_tokens=12, temperature=0, extra_body={"chat_template_kwargs": {"tb_call_bias": 100}})
+    if usage is None:
+        r = client.chat.completions.create(**kw)
+        assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 12, r
+        assert r.choices[0].message.tool_calls, r  # the call begun, returned half-written as OpenAI does
+        return
+    chunks = list(client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": usage}))
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes == ["length"], finishes
+    assert any(c.usage is not None for c in chunks) == usage

@@ -28,13 +28,14 @@ from typing import Any, Callable
 
 from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, check_environment, read_stock, renders_tools,
                                served_dialect)
-from toolbridge.serving import again
-from toolbridge.serving.asgi import CHAT_PATH, RequestCheck as _Check
+from toolbridge.serving import again, cut
+from toolbridge.serving.asgi import CHAT_PATH, Passed, RequestCheck as _Check
 from vllm_plugin.constraint import planned, user_constraint
 
 log = logging.getLogger(__name__)
 
 AGAIN = "toolbridge_again"  # the `vllm_xargs` key that marks the second answer of a request (value 1)
+USAGE_ASKED = "toolbridge_usage_asked"  # scope state: the client asked for a streamed chat answer's usage
 
 
 class RequestCheck(_Check):
@@ -45,16 +46,24 @@ class RequestCheck(_Check):
         super().__init__(app)
         self.tool_trained = tool_trained
 
-    def check(self, data: dict) -> bool:
+    def check(self, data: dict) -> bool | Passed:
         super().check(data)
+        changed = False
         xargs = data.get("vllm_xargs")
         if isinstance(xargs, dict) and AGAIN in xargs:
             data["vllm_xargs"] = {k: v for k, v in xargs.items() if k != AGAIN}
-            return True
-        return False
+            changed = True
+        if data.get("tools") and data.get("stream") and cut.limit_of(data):  # its usage says whether it was cut
+            return Passed({USAGE_ASKED: cut.asks_usage(data)})
+        return changed
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
-        plan = self.plan(data) if scope.get("path", "").endswith(CHAT_PATH) else None
+        chat = scope.get("path", "").endswith(CHAT_PATH)
+        limit = cut.limit_of(data) if chat and data.get("tools") else None
+        if limit:  # a call cut by max_tokens is reported cut ("length"), as vLLM does not under `auto`
+            send = cut.CutAnswer(send, limit, bool(data.get("stream")),
+                                 scope.get("state", {}).get(USAGE_ASKED, True)).send
+        plan = self.plan(data) if chat else None
         if again.checked(plan) and data.get("n") in (None, 1):
             await again.answer(self.app, scope, receive, send,
                                again.Attempts(body, _marked(data), plan, bool(data.get("stream"))))
