@@ -286,6 +286,8 @@ def run_one(client: httpx.Client, base_url: str, plan: Plan, hang: float) -> Res
             if stream_error(plan.api, events):
                 return Result(SERVER_ERROR, total, first, f"error event: {json.dumps(events[-1])[:300]}")
             why = invalid(stream_calls(plan.api, events), plan)
+            if why:
+                why += f" | the stream's last events: {json.dumps(events[-3:])[:600]}"
             return Result(INVALID if why else (CALLS if stream_calls(plan.api, events) else OK), total, first, why)
         r = client.post(url, content=content, headers=headers, timeout=timeout)
         total = time.perf_counter() - start
@@ -293,6 +295,8 @@ def run_one(client: httpx.Client, base_url: str, plan: Plan, hang: float) -> Res
             return _status_result(r.status_code, total, r.text)
         data = r.json()
         why = invalid(calls_of(plan.api, data), plan)
+        if why:
+            why += f" | the answer: {json.dumps(data)[:600]}"
         return Result(INVALID if why else (CALLS if calls_of(plan.api, data) else OK), total, total, why)
     except httpx.TimeoutException:
         total = time.perf_counter() - start
