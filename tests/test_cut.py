@@ -89,3 +89,34 @@ def test_a_request_asks_for_its_usage_and_says_whether_the_client_did():
     assert cut.limit_of({"max_tokens": 10}) == 10 and cut.limit_of({"max_completion_tokens": 7, "max_tokens": 9}) == 7
     assert cut.limit_of({"max_tokens": 10, "n": 2}) is None and cut.limit_of({}) is None
     assert cut.limit_of({"max_tokens": True}) is None
+
+
+def _message(stop: str, tokens: int) -> dict:
+    return {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": stop,
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}],
+            "usage": {"input_tokens": 9, "output_tokens": tokens}}
+
+
+@pytest.mark.parametrize("tokens, stop", [(20, "max_tokens"), (19, "tool_use")])
+def test_a_whole_message_at_its_limit_is_cut(tokens, stop):
+    raw = json.dumps(_message("tool_use", tokens)).encode()
+    sent = _run(cut.CutAnswer(None, 20, stream=False, api=cut.MESSAGES), [
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]},
+        {"type": "http.response.body", "body": raw, "more_body": False}])
+    assert json.loads(sent[-1]["body"])["stop_reason"] == stop
+
+
+@pytest.mark.parametrize("tokens, stop", [(20, "max_tokens"), (19, "tool_use")])
+def test_a_message_streams_delta_at_its_limit_is_cut(tokens, stop):
+    delta = {"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+             "usage": {"output_tokens": tokens}}
+    stream = (b'event: content_block_stop\ndata: {"type": "content_block_stop", "index": 0}\n\n'
+              + f"event: message_delta\ndata: {json.dumps(delta)}\n\n".encode()
+              + b'event: message_stop\ndata: {"type": "message_stop"}\n\n')
+    sent = _run(cut.CutAnswer(None, 20, stream=True, api=cut.MESSAGES), [
+        {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]},
+        {"type": "http.response.body", "body": stream, "more_body": False}])
+    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode()
+    events = [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+    assert [e["type"] for e in events] == ["content_block_stop", "message_delta", "message_stop"]
+    assert events[1]["delta"]["stop_reason"] == stop and "event: message_delta" in text

@@ -29,7 +29,8 @@ from typing import Any, Callable
 from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, check_environment, read_stock, renders_tools,
                                served_dialect)
 from toolbridge.serving import again, cut
-from toolbridge.serving.asgi import CHAT_PATH, Passed, RequestCheck as _Check
+from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, Passed, RequestCheck as _Check
+from toolbridge.serving.shape import CHAT, MESSAGES
 from vllm_plugin.constraint import planned, user_constraint
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,13 @@ class RequestCheck(_Check):
         return changed
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
-        chat = scope.get("path", "").endswith(CHAT_PATH)
-        limit = cut.limit_of(data) if chat and data.get("tools") else None
-        if limit:  # a call cut by max_tokens is reported cut ("length"), as vLLM does not under `auto`
+        path = scope.get("path", "")
+        chat = path.endswith(CHAT_PATH)
+        api = CHAT if chat else MESSAGES if path.endswith(MESSAGES_PATH) else None
+        limit = cut.limit_of(data) if api and data.get("tools") else None
+        if limit:  # a call cut by max_tokens is reported cut, as vLLM does not under `auto`
             send = cut.CutAnswer(send, limit, bool(data.get("stream")),
-                                 scope.get("state", {}).get(USAGE_ASKED, True)).send
+                                 scope.get("state", {}).get(USAGE_ASKED, True), api).send
         plan = self.plan(data) if chat else None
         if again.checked(plan) and data.get("n") in (None, 1):
             await again.answer(self.app, scope, receive, send,

@@ -1,4 +1,5 @@
-"""A chat answer cut by its token limit says so: `finish_reason: "length"`, never `"tool_calls"`.
+"""An answer cut by its token limit says so: chat `finish_reason: "length"`, Messages `stop_reason:
+"max_tokens"`, never `"tool_calls"` / `"tool_use"`.
 
 vLLM writes `"tool_calls"` as the finish reason of every `auto` answer in which the tool parser found a
 call, also when `max_tokens` cut the last call off half-written (the parser returns it with its
@@ -8,23 +9,31 @@ from the answer. What is left is the count: an answer whose completion tokens re
 was cut there (vLLM checks the limit before the end token, so an answer that ends exactly at the limit
 is reported cut too, as vLLM itself reports it).
 
-`CutAnswer` sits in front of the client's `send` for a chat request with a token limit and one choice:
-a whole answer's finish reason is rewritten from its usage; a stream's last chunk with a finish reason
+vLLM's Messages route turns the same chat answer into `stop_reason: "tool_use"`. (Its Responses route
+reads the engine's own reason and says `incomplete`.)
+
+`CutAnswer` sits in front of the client's `send` for a request with a token limit and one choice:
+a whole answer's reason is rewritten from its usage. A chat stream's last chunk with a finish reason
 is held until the usage chunk that follows it (the request asks for one: `asks_usage`) and rewritten
-the same way, and that usage chunk is passed on only where the client asked for it.
+the same way, and that usage chunk is passed on only where the client asked for it; a Messages
+stream's `message_delta` carries its reason and usage together.
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
 
-from .shape import parse_json, sse_data, sse_events
+from .shape import CHAT, MESSAGES, parse_json, sse_data, sse_events
 
-LENGTH, TOOL_CALLS = "length", "tool_calls"
+# per API: the field that says why the answer ended, what says "it called", what says "it was cut",
+# and the usage field that counts its tokens
+REASONS = {CHAT: ("finish_reason", "tool_calls", "length", "completion_tokens"),
+           MESSAGES: ("stop_reason", "tool_use", "max_tokens", "output_tokens")}
 
 
 def limit_of(data: dict) -> int | None:
-    """The request's completion-token limit, where it sets one and asks for one choice."""
+    """The request's completion-token limit, where it sets one and asks for one choice (chat
+    `max_completion_tokens` or `max_tokens`, Messages `max_tokens`)."""
     if data.get("n") not in (None, 1):
         return None
     limit = data.get("max_completion_tokens", data.get("max_tokens"))
@@ -43,8 +52,10 @@ def asks_usage(data: dict) -> bool:
 class CutAnswer:
     """An ASGI send for a chat answer (see the module's docstring); `send` is this object's method."""
 
-    def __init__(self, send: Callable, limit: int, stream: bool, usage_asked: bool = True):
+    def __init__(self, send: Callable, limit: int, stream: bool, usage_asked: bool = True, api: str = CHAT):
         self.downstream, self.limit, self.stream, self.usage_asked = send, limit, stream, usage_asked
+        self.reason, self.called, self.cut, self.count = REASONS[api]
+        self.api = api
         self.start: dict | None = None  # a whole answer's response start, until its body is whole
         self.chunks: list[bytes] = []
         self.pending = b""  # a stream's event still coming
@@ -77,9 +88,10 @@ class CutAnswer:
     async def _whole(self, raw: bytes) -> None:
         data = parse_json(raw)
         if isinstance(data, dict) and self._cut(data.get("usage")):
-            for choice in data.get("choices") or ():
-                if isinstance(choice, dict) and choice.get("finish_reason") == TOOL_CALLS:
-                    choice["finish_reason"] = LENGTH
+            ends = data.get("choices") or () if self.api == CHAT else (data,)
+            for end in ends:
+                if isinstance(end, dict) and end.get(self.reason) == self.called:
+                    end[self.reason] = self.cut
                     raw = json.dumps(data).encode("utf-8")
         headers = [(k, v) for k, v in self.start.get("headers") or [] if k.lower() != b"content-length"]
         await self.downstream({**self.start, "headers": headers + [(b"content-length", str(len(raw)).encode())]})
@@ -88,15 +100,21 @@ class CutAnswer:
     def _event(self, event: bytes) -> bytes:
         """What goes out now for one event of the stream."""
         data = sse_data(event)
+        if self.api == MESSAGES:
+            delta = data.get("delta") if isinstance(data, dict) and data.get("type") == "message_delta" else None
+            if isinstance(delta, dict) and delta.get(self.reason) == self.called and self._cut(data.get("usage")):
+                delta[self.reason] = self.cut
+                return f"event: message_delta\ndata: {json.dumps(data)}\n\n".encode("utf-8")
+            return event
         if self.held:
             if isinstance(data, dict) and not data.get("choices") and data.get("usage") is not None:
                 held, self.held = self.held, []
                 if self._cut(data["usage"]):
-                    held = [_rewritten(e) for e in held]
+                    held = [self._rewritten(e) for e in held]
                 return b"".join(held) + (event if self.usage_asked else b"")
             self.held.append(event)
             return b""
-        if isinstance(data, dict) and any(isinstance(c, dict) and c.get("finish_reason") == TOOL_CALLS
+        if isinstance(data, dict) and any(isinstance(c, dict) and c.get(self.reason) == self.called
                                           for c in data.get("choices") or ()):
             self.held.append(event)
             return b""
@@ -106,16 +124,16 @@ class CutAnswer:
         return event
 
     def _cut(self, usage: Any) -> bool:
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        tokens = usage.get(self.count) if isinstance(usage, dict) else None
         return isinstance(tokens, int) and tokens >= self.limit
 
-
-def _rewritten(event: bytes) -> bytes:
-    data = sse_data(event)
-    if not isinstance(data, dict):
-        return event
-    for choice in data.get("choices") or ():
-        if isinstance(choice, dict) and choice.get("finish_reason") == TOOL_CALLS:
-            choice["finish_reason"] = LENGTH
-    return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
+    def _rewritten(self, event: bytes) -> bytes:
+        """A held chat chunk, its finish reason "length" where it said "tool_calls"."""
+        data = sse_data(event)
+        if not isinstance(data, dict):
+            return event
+        for choice in data.get("choices") or ():
+            if isinstance(choice, dict) and choice.get(self.reason) == self.called:
+                choice[self.reason] = self.cut
+        return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
 
