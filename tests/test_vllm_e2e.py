@@ -348,7 +348,8 @@ def test_an_auto_call_cut_by_max_tokens_is_reported_cut(client, usage):
     off; the request check makes it "length" (whole, and streamed: the usage chunk it asks vLLM for
     reaches the client only where the client asked for it)."""
     kw = dict(model="smollm2", messages=[{"role": "user", "content": "What is the weather in Paris?"}],
-              tools=[CITY_WEATHER], max_tokens=16, temperature=0, extra_body={"chat_template_kwargs": {"tb_call_bias": 100}})
+              tools=[CITY_WEATHER], max_tokens=16, temperature=0,
+              extra_body={"chat_template_kwargs": {"tb_call_bias": 100}})  # a call starts, and is cut in its arguments
     if usage is None:
         r = client.chat.completions.create(**kw)
         assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 16, r
