@@ -2,6 +2,7 @@
 
     python bench/soak.py --base-url http://127.0.0.1:8000/v1 --model smollm2 --minutes 60 \
         [--pid PID] [--workers 2] [--seed 0] [--json out.json] [--plot out.png]
+    python bench/soak.py --table out.json      # a saved run as a table per 10 minutes
 
 It sends only to a server on a loopback address (127.0.0.0/8, ::1, localhost) and refuses any other;
 its loops are bounded by `--minutes` and `--max-requests`, and it stops by itself. The traffic is a
@@ -451,11 +452,41 @@ def plot(reports: list[dict], path: str, title: str) -> None:
     print(f"soak: plot in {path}", flush=True)
 
 
+def table(summary: dict, block: float = 600.0) -> str:
+    """A saved run (`--json`) as a markdown table per `block` seconds: requests served by the block's
+    end and their outcomes, the median of the block's 30-s p50s and the highest of its p99s (first
+    streamed event, whole answer), and the server's memory at the block's end."""
+    rows = ["| minutes | requests | 5xx / hangs / invalid | first event p50 / p99 | whole p50 / p99 | RSS MiB |",
+            "|---|---|---|---|---|---|"]
+    reports = summary["reports"]
+    start = 0.0
+    while start < (reports[-1]["t"] if reports else 0):
+        window = [r for r in reports if start < r["t"] <= start + block]
+        start += block
+        if not window:
+            continue
+        last = window[-1]
+        bad = " / ".join(str(last["outcomes"].get(k, 0)) for k in (SERVER_ERROR, HANG, INVALID))
+
+        def mid(key: str) -> str:
+            values = sorted(r[key] for r in window if r[key] is not None)
+            return fmt(values[len(values) // 2] if values else None)
+
+        def top(key: str) -> str:
+            return fmt(max((r[key] for r in window if r[key] is not None), default=None))
+
+        rss = "?" if last["rss_mib"] is None else f"{last['rss_mib']:.0f}"
+        rows.append(f"| {last['t'] / 60:.0f} | {last['requests']} | {bad} | {mid('p50_first')} / {top('p99_first')} | "
+                    f"{mid('p50_total')} / {top('p99_total')} | {rss} |")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     global WARMUP
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base-url", required=True, help="the server's /v1 URL, on a loopback address")
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--table", metavar="JSON", help="print a saved run (--json) as a table per 10 minutes, and stop")
+    ap.add_argument("--base-url", help="the server's /v1 URL, on a loopback address")
+    ap.add_argument("--model")
     ap.add_argument("--minutes", type=float, default=60.0)
     ap.add_argument("--max-requests", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=2, help="clients at once")
@@ -467,6 +498,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the reports and the summary here")
     ap.add_argument("--plot", help="write a PNG of latency and memory over time here")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(json.loads(Path(args.table).read_text())))
+        return 0
+    if not args.base_url or not args.model:
+        ap.error("--base-url and --model are needed to run a soak")
     loopback_only(args.base_url)
     WARMUP = args.warmup
     port = urlparse(args.base_url).port or 80
