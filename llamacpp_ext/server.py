@@ -187,11 +187,12 @@ async def create_chat_completion_route(request: Request, body: CreateChatComplet
     kwargs = body.model_dump(exclude={"n", "logit_bias_type", "user", "min_tokens"})
     if kwargs.get("stream", False):
         send_chan, recv_chan = anyio.create_memory_object_stream(10)
-        publish = functools.partial(server_app.get_event_publisher, request=request, inner_send_chan=send_chan,
-                                    body=body, body_model=body.model, llama_call=llama_call, kwargs=kwargs)
-        return EventSourceResponse(recv_chan, data_sender_callable=publish, sep="\n",
+        stream = Streamed(context.interrupt, functools.partial(
+            server_app.get_event_publisher, request=request, inner_send_chan=send_chan, body=body,
+            body_model=body.model, llama_call=llama_call, kwargs=kwargs))
+        return EventSourceResponse(recv_chan, data_sender_callable=stream.publish, sep="\n",
                                    ping_message_factory=server_app._ping_message_factory,
-                                   client_close_handler_callable=left(context.interrupt), **STOP_GRACE)
+                                   client_close_handler_callable=stream.client_left, **STOP_GRACE)
     async with contextlib.asynccontextmanager(server_app.get_llama_proxy)() as proxy:
         llama = server_app.prepare_request_resources(body, proxy, body.model, kwargs)
         if await request.is_disconnected():
@@ -211,15 +212,24 @@ STOP_GRACE = ({"shutdown_grace_period": 3.0}
               if "shutdown_grace_period" in inspect.signature(EventSourceResponse.__init__).parameters else {})
 
 
-def left(interrupt: Interrupt) -> Callable[[dict], Awaitable[None]]:
-    """What a stream calls when its client disconnects (before it stops reading the answer): the
-    answer's interrupt is set, so that the chunk or prompt being generated in a thread ends too."""
+class Streamed:
+    """A streamed answer's publisher (`publish`, the stock one) and what its response calls when the
+    client disconnects (`client_left`, before it stops reading the answer): the answer's interrupt is
+    set, so that the chunk or prompt being generated in a thread ends too. A disconnect after the whole
+    answer was published (the connection closing as it should) is no hang-up."""
 
-    async def client_left(message: dict) -> None:
-        interrupt.client_left()
-        logged(CLIENT_LEFT)
+    def __init__(self, interrupt: Interrupt, publish: Callable[[], Awaitable[None]]):
+        self.interrupt, self._publish = interrupt, publish
+        self.published = False
 
-    return client_left
+    async def publish(self) -> None:
+        await self._publish()
+        self.published = True
+
+    async def client_left(self, message: dict) -> None:
+        if not self.published:
+            self.interrupt.client_left()
+            logged(CLIENT_LEFT)
 
 
 async def while_connected(request: Request, interrupt: Interrupt, work: Awaitable[Any]) -> Any:
