@@ -30,7 +30,7 @@ import ipaddress
 import json
 import os
 import random
-import socket
+import re
 import sys
 import threading
 import time
@@ -273,7 +273,7 @@ def run_one(client: httpx.Client, base_url: str, plan: Plan, hang: float) -> Res
                     r.read()
                     return _status_result(r.status_code, time.perf_counter() - start, r.text)
                 events, first = [], None
-                for line in r.iter_lines():
+                for line in sse_lines(r):
                     if not line.startswith("data:") or line.strip() == "data: [DONE]":
                         continue
                     first = first if first is not None else time.perf_counter() - start
@@ -306,6 +306,19 @@ def run_one(client: httpx.Client, base_url: str, plan: Plan, hang: float) -> Res
         return Result(HANG, total, detail=f"no answer within {hang} s")
     except httpx.TransportError as e:
         return Result(CONNECT, time.perf_counter() - start, detail=f"{type(e).__name__}: {e}")
+
+
+def sse_lines(response: httpx.Response):
+    """A stream's lines as server-sent events end them: at CR, LF or CRLF only. (httpx's iter_lines
+    also splits at U+2028, U+0085 and the other separators str.splitlines knows, which JSON text may hold
+    unescaped: a model that writes one would look like a broken event.)"""
+    pending = ""
+    for text in response.iter_text():
+        lines = re.split(r"\r\n|\r|\n", pending + text)
+        pending = lines.pop()
+        yield from lines
+    if pending:
+        yield pending
 
 
 def _status_result(status: int, total: float, text: str) -> Result:
