@@ -11,7 +11,7 @@ def answer(client, model: str, options: dict | None, choice: str = "auto") -> tu
     """(prompt tokens, finish_reason, call names) of the answer with these per-request options."""
     extra = {"chat_template_kwargs": options} if options is not None else {}
     r = client.chat.completions.create(model=model, messages=QUESTION, tools=[WEATHER, SEARCH], tool_choice=choice,
-                                       max_tokens=40, temperature=0, extra_body=extra)
+                                       max_tokens=80, temperature=0, extra_body=extra)
     calls = [c.function.name for c in r.choices[0].message.tool_calls or ()]
     return r.usage.prompt_tokens, r.choices[0].finish_reason, calls
 
