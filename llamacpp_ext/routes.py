@@ -310,7 +310,7 @@ class _StreamRelay:
         self.streaming = False
         self.buffer = ""
         self.error_chunks: list[bytes] = []
-        self.finished = self.failed = False  # a chunk carried a finish_reason; an error chunk came
+        self.failed = False  # an error chunk came
 
     async def send(self, message: dict) -> None:
         if message["type"] == "http.response.start":
@@ -342,8 +342,6 @@ class _StreamRelay:
                 self.failed = True
                 events += self.route.stream_error(self.stream, _status(chunk), chunk)
             elif isinstance(chunk, dict):
-                self.finished = self.finished or any(c.get("finish_reason") for c in chunk.get("choices") or ()
-                                                     if isinstance(c, dict))
                 events += self.stream.feed(chunk)
         await self._emit(events)
 
@@ -356,9 +354,10 @@ class _StreamRelay:
         if not self.streaming:
             await _send_error(self.route, self.downstream, self.status, _parse(self.error_chunks))
             return
-        if not self.finished and not self.failed:
+        finished = self.stream.finish is not None  # a chunk carried a finish_reason
+        if not finished and not self.failed:
             await self._emit(self.route.stream_error(self.stream, 500, {"error": {
                 "message": "The answer was cut off before it ended.", "type": "server_error", "code": 500}}))
-        elif self.finished and not self.failed:
+        elif finished and not self.failed:
             await self._emit(self.route.finish(self.stream))
         await self.downstream({"type": "http.response.body", "body": b"", "more_body": False})

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .shape import CHAT, MESSAGES, parse_json, sse_data, sse_events
+from .shape import CHAT, MESSAGES, parse_json, sse_data, sse_event, sse_events
 
 # per API: the field that says why the answer ended, what says "it called", what says "it was cut",
 # and the usage field that counts its tokens
@@ -87,12 +87,9 @@ class CutAnswer:
 
     async def _whole(self, raw: bytes) -> None:
         data = parse_json(raw)
-        if isinstance(data, dict) and self._cut(data.get("usage")):
-            ends = data.get("choices") or () if self.api == CHAT else (data,)
-            for end in ends:
-                if isinstance(end, dict) and end.get(self.reason) == self.called:
-                    end[self.reason] = self.cut
-                    raw = json.dumps(data).encode("utf-8")
+        if isinstance(data, dict) and self._cut(data.get("usage")) and \
+                self._mark(data.get("choices") or () if self.api == CHAT else (data,)):
+            raw = json.dumps(data).encode("utf-8")
         headers = [(k, v) for k, v in self.start.get("headers") or [] if k.lower() != b"content-length"]
         await self.downstream({**self.start, "headers": headers + [(b"content-length", str(len(raw)).encode())]})
         await self.downstream({"type": "http.response.body", "body": raw, "more_body": False})
@@ -102,9 +99,8 @@ class CutAnswer:
         data = sse_data(event)
         if self.api == MESSAGES:
             delta = data.get("delta") if isinstance(data, dict) and data.get("type") == "message_delta" else None
-            if isinstance(delta, dict) and delta.get(self.reason) == self.called and self._cut(data.get("usage")):
-                delta[self.reason] = self.cut
-                return f"event: message_delta\ndata: {json.dumps(data)}\n\n".encode("utf-8")
+            if isinstance(delta, dict) and self._cut(data.get("usage")) and self._mark((delta,)):
+                return sse_event(data)
             return event
         if self.held:
             if isinstance(data, dict) and not data.get("choices") and data.get("usage") is not None:
@@ -127,13 +123,19 @@ class CutAnswer:
         tokens = usage.get(self.count) if isinstance(usage, dict) else None
         return isinstance(tokens, int) and tokens >= self.limit
 
+    def _mark(self, ends: Any) -> bool:
+        """Each of `ends` (chat choices, a message, a message's delta) that says it called now says it
+        was cut; whether any did."""
+        marked = False
+        for end in ends:
+            if isinstance(end, dict) and end.get(self.reason) == self.called:
+                end[self.reason], marked = self.cut, True
+        return marked
+
     def _rewritten(self, event: bytes) -> bytes:
         """A held chat chunk, its finish reason "length" where it said "tool_calls"."""
         data = sse_data(event)
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or not self._mark(data.get("choices") or ()):
             return event
-        for choice in data.get("choices") or ():
-            if isinstance(choice, dict) and choice.get(self.reason) == self.called:
-                choice[self.reason] = self.cut
         return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
 

@@ -177,27 +177,27 @@ class Shaped:
                 if data.get("type") == "response.completed" and \
                         (data.get("response") or {}).get("status") == "incomplete":
                     data["type"] = "response.incomplete"
-                    return _sse(data)
+                    return sse_event(data)
         elif self.api == MESSAGES and b"error" in event:
             data = sse_data(event)
             err = data.get("error") if isinstance(data, dict) and data.get("type") == "error" else None
             if isinstance(err, dict) and err.get("type") not in ANTHROPIC_TYPES:
                 data["error"] = {**err, "type": "api_error"}
-                return _sse(data)
+                return sse_event(data)
         return event
 
     def _error_event(self, message: str) -> bytes:
         if self.api == RESPONSES:
             self.sequence += 1
-            return _sse({"type": "error", "code": "server_error", "message": message, "param": None,
+            return sse_event({"type": "error", "code": "server_error", "message": message, "param": None,
                          "sequence_number": self.sequence})
         if self.api == MESSAGES:
-            return _sse(anthropic.error_body(500, message))
+            return sse_event(anthropic.error_body(500, message))
         return (b"data: " + json.dumps(openai_error(500, message)).encode("utf-8")
                 + b"\n\ndata: [DONE]\n\n")
 
 
-def _sse(data: dict) -> bytes:
+def sse_event(data: dict) -> bytes:
     """A named event (Responses, Messages): `event:` its type, `data:` its JSON."""
     return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode("utf-8")
 
