@@ -123,6 +123,37 @@ def test_the_request_carries_each_tools_required_arguments_and_the_measured_bias
     assert prepare(tools=tools, messages=msgs, env={}).call_guard().close_bias == default("tb_close_bias")
 
 
+# -- only a call to a declared tool is a call (toolbridge.steer.callreader) -------------------------------
+
+# An agent turn (Codex CLI's request, Qwen2.5-Coder-0.5B): JSON naming a tool the request does not declare,
+# then the start of another object. The parser keeps both as text; so must every rule that counts calls.
+UNDECLARED = ('To list the files in the current directory, use the ls command:\n```json\n'
+              '{"name": "ls", "arguments": {"path": "."}}\n```\n{"name": "')
+
+
+def test_json_naming_an_undeclared_tool_is_no_call_for_any_rule():
+    follow = prepare(tools=[{"type": "function", "function": {"name": "shell"}}], tool_choice="auto",
+                     messages=[{"role": "user", "content": "x"}], env={}).call_guard()
+    assert follow.names == ("shell",) and follow.follow is not None
+    for g in (follow, CallGuard.unpack(follow.pack())):
+        g.feed(UNDECLARED)
+        assert g.armed and g.calls == 0 and g.called == () and not g.between and not g.repeated
+        assert g.tail is None  # the end after calls has nothing to hold
+    anyname = CallGuard(["<tool_call>", '{"name": "'])  # no tool set given: any named call object counts
+    anyname.feed(UNDECLARED)
+    assert anyname.called == ("ls",)
+
+
+def test_a_declared_call_after_a_non_call_counts_and_text_after_a_call_is_text():
+    g = CallGuard(["<tool_call>", '{"name": "'], REQUIRED, names=list(REQUIRED))
+    g.feed('{"name": "ls", "arguments": {}} then <tool_call>\n{"name": "search_web", "arguments": {"query": "a"}}')
+    assert g.called == ("search_web",) and g.between
+    g.feed('\n</tool_call>\n{"name": "ls", "arguments": {}}')  # a non-call after the call: no longer between calls
+    assert g.called == ("search_web",) and not g.between
+    g.feed('\n{"name": "search_web", "arguments": {"query": "a"}}')
+    assert g.called == ("search_web", "search_web") and g.repeated and g.between
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet='{}[]",:\\ abc\n0', max_size=80), st.text(alphabet='{}[]",:\\ ab', max_size=6))
 def test_the_reader_never_raises_on_model_text(text, top):

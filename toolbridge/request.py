@@ -248,7 +248,7 @@ class ToolRequest:
             return None
         required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
         return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required,
-                         close_bias=self.decisions.close_bias, follow=self.follow)
+                         close_bias=self.decisions.close_bias, follow=self.follow, names=list(required))
 
     @property
     def follow(self) -> Follow | None:

@@ -83,12 +83,13 @@ class CallGuard:
     so taken as given)."""
 
     def __init__(self, starts: Sequence[str] = (), required: Mapping[str, Sequence[str]] | None = None,
-                 close_bias: float = 0.0, follow: Follow | None = None):
+                 close_bias: float = 0.0, follow: Follow | None = None, names: Sequence[str] | None = None):
         self.starts = tuple(s for s in starts if s)
         self.firsts = "".join(dict.fromkeys(s[0] for s in self.starts))  # a start begins with one of these
         self.armed = not self.starts  # no starts: the whole answer is a call
         self.before = ""  # unarmed: the end of the text, where a start may be forming
-        self.reader = CallReader()
+        self.names = None if names is None else tuple(names)  # the declared tools (None: any name is a call)
+        self.reader = CallReader(names=None if names is None else frozenset(names))
         self.required = required or {}
         self.close_bias = float(close_bias)
         self.follow = follow  # what may follow a complete call (toolbridge.steer.ending); None: anything
@@ -96,9 +97,11 @@ class CallGuard:
 
     def pack(self) -> dict:
         """The guard's settings as plain data, for `unpack`: "starts" (the call starts, []: armed at
-        once), "close" ([bias, {tool: its required arguments}], where the bias is not 0), "follow"
-        ([closes, triggers]: toolbridge.steer.ending.Follow, where one is set)."""
+        once), "names" (the declared tools, where known), "close" ([bias, {tool: its required arguments}],
+        where the bias is not 0), "follow" ([closes, triggers]: toolbridge.steer.ending.Follow, where one is set)."""
         data: dict[str, Any] = {"starts": list(self.starts)}
+        if self.names is not None:
+            data["names"] = list(self.names)
         if self.close_bias:
             data["close"] = [self.close_bias, self.required]
         if self.follow is not None:
@@ -119,8 +122,9 @@ class CallGuard:
             follow = data.get("follow")
             if follow is not None:
                 follow = Follow(tuple(str(c) for c in follow[0]), tuple(str(t) for t in follow[1]))
+            names = data.get("names")
             return cls([str(s) for s in starts], {str(n): [str(k) for k in keys] for n, keys in required.items()},
-                       float(bias), follow)
+                       float(bias), follow, None if names is None else [str(n) for n in names])
         except (TypeError, ValueError, AttributeError, IndexError, KeyError):
             return None
 

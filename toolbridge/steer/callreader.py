@@ -5,6 +5,10 @@ string, at the arguments object's level after a value, which tool is called, whi
 arguments are written. Every dialect whose call is a JSON object holding the name and the
 arguments (tags, json, toolcall, and the bare JSON call) is read alike; text outside a JSON
 object, and other dialects' calls, only leave the reader where it was.
+
+Only a call counts: where the reader knows the request's tools (`names`), an object that names
+another tool, or none, is text like any other (the parser keeps it as text too), so no rule that
+counts calls (the end after calls, the next-call bias, the repeat rule) starts after it.
 """
 from __future__ import annotations
 
@@ -38,12 +42,13 @@ class CallReader:
     text: str = ""  # the current top-level object's text so far, whitespace outside strings left out
     written: set[str] = field(default_factory=set)  # the text of each call closed so far
     repeated: bool = False  # the last call closed has the same text as an earlier one
-    called: list[str] = field(default_factory=list)  # the name of each call object closed so far ("" for none)
+    called: list[str] = field(default_factory=list)  # the name of each call closed so far ("" for none)
+    names: frozenset[str] | None = None  # the declared tools: an object naming another is no call (None: any)
 
     def copy(self) -> "CallReader":
         return CallReader([Level(lv.object, lv.expect, lv.key) for lv in self.stack], self.in_string, self.escape,
                           self.value, self.name, self.args_depth, set(self.keys), self.outside,
-                          self.text, set(self.written), self.repeated, list(self.called))
+                          self.text, set(self.written), self.repeated, list(self.called), self.names)
 
     @property
     def calls(self) -> int:
@@ -104,11 +109,15 @@ class CallReader:
             if len(self.stack) == self.args_depth:
                 self.args_depth = -1  # closed: the call is written
             self.stack.pop()
-            if not self.stack and self.args_depth == -1:
+            if self.stack:
+                return
+            if self.args_depth == -1 and (self.names is None or self.name in self.names):
                 self.called.append(self.name or "")
                 self.outside = ""
                 self.repeated = self.text in self.written
                 self.written.add(self.text)
+            elif self.calls:  # an object that is no call: text after the last call like any other
+                self.outside = (self.outside + self.text)[:OUTSIDE_KEPT + 1]
         elif c == ":" and top.object:
             top.expect = VALUE
         elif c == ",":
