@@ -12,7 +12,8 @@ that order in background threads while the unit tests and the earlier end-to-end
 stops each key after its last test. One server starts at a time, at most TOOLBRIDGE_SERVERS_AHEAD
 vLLM servers (default 4; 0: none ahead, each starts at its first test) before their first test, and
 only with enough free memory; things that hold no memory (the packaging tests' environments) are
-made in a second lane once the end-to-end tests have begun.
+made in a second lane once the end-to-end tests have begun, or from the session's start where they
+are `early` (a run of tests in another environment: it takes a core the unit tests leave idle).
 """
 from __future__ import annotations
 
@@ -150,19 +151,19 @@ def llama_server_binary() -> str:
 LOAD_STREAMS, LOAD_TOOLS = 16, 50
 
 
-def check_load(base_url: str, model: str) -> None:
-    """16 concurrent streams with 50 real tools (half must call), then without tools: every
+def check_load(base_url: str, model: str, streams: int = LOAD_STREAMS) -> None:
+    """`streams` concurrent streams (16) with 50 real tools (half must call), then without tools: every
     stream completes, every call is schema-valid, none is starved once it has started (the
     longest gap between chunks). Prints the figures."""
     from bench.load import load_tools, run, summary
 
-    loaded = run(base_url, model, LOAD_STREAMS, load_tools(LOAD_TOOLS), max_tokens=64)
-    plain = run(base_url, model, LOAD_STREAMS, None, max_tokens=64)
+    loaded = run(base_url, model, streams, load_tools(LOAD_TOOLS), max_tokens=64)
+    plain = run(base_url, model, streams, None, max_tokens=64)
     print("\n" + summary(f"{LOAD_TOOLS} tools", loaded) + "\n" + summary("no tools", plain))
     print(f"output tokens/s with tools / without: {loaded['tokens_per_s'] / plain['tokens_per_s']:.1%} overall, "
           f"{loaded['stream_tokens_per_s'] / plain['stream_tokens_per_s']:.1%} per stream once started")
     for r in (loaded, plain):
-        assert r["completed"] == LOAD_STREAMS, [s.error for s in r["streams"] if s.error]
+        assert r["completed"] == streams, [s.error for s in r["streams"] if s.error]
         # a started stream is never left waiting: no gap between its chunks is both long in seconds
         # and a large share of the run (on a shared, busy machine the whole run slows down alike)
         assert r["longest_gap"] < max(30.0, r["wall"] / 4), (r["longest_gap"], r["wall"])
@@ -417,11 +418,13 @@ class Spec:
     """How to make one shared thing: `make()` returns it ready (a started Server, a Group, an
     environment...); `stop(value)` ends it (default: value.stop()). `memory`: it holds memory while it
     lives (a server), so it counts against how far ahead the pool starts; `gib`: free memory it needs
-    to be started ahead of its first test."""
+    to be started ahead of its first test; `early`: holding no memory, it may be made while the unit
+    tests run."""
     make: Callable[[], Any]
     stop: Callable[[Any], None] | None = None
     memory: bool = True
     gib: float = 1.0
+    early: bool = False
 
 
 @dataclass
@@ -470,9 +473,10 @@ class Pool:
                    and (k not in self.entries or self.entries[k].state == "idle")]
         if not waiting:
             return None
-        key = waiting[0]
         if not memory and not self.e2e:
-            return ""  # not before the end-to-end tests start: the unit tests and the first servers go first
+            # not before the end-to-end tests start (the unit tests and the first servers go first), unless early
+            return next((k for k in waiting if self.specs[k].early), "")
+        key = waiting[0]
         if memory:
             # servers of a GiB or two (llama.cpp, llama-server on small models) are not counted
             ahead = sum(1 for e in self.entries.values() if e.spec.memory and e.spec.gib >= HEAVY and not e.used

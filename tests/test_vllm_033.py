@@ -5,19 +5,21 @@ which installs and imports on a machine without a GPU but cannot serve there. sc
 installs it, with the project (`pip install --no-deps -e .`) and the test tools, into a second
 environment ($TOOLBRIDGE_VLLM033_VENV, default `.venv-vllm033`); this module runs the tests that
 need vLLM but no server (registration, adjust, extract, stream, the logits processor, the Responses
-reader, the middleware) with that environment's pytest, once, and reports each file here, so a
-failure on 0.33 fails the main run. Tests that need llama.cpp are skipped there (not installed).
+reader, the middleware) with that environment's pytest, once (the session's pool starts it with the
+session, beside the unit tests), and reports each file here, so a failure on 0.33 fails the main run. Tests that need llama.cpp are skipped there (not installed).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 
-from servers import ROOT, SMOLLM2_TOKENIZER, smollm2_hf
+from servers import POOL, ROOT, SMOLLM2_TOKENIZER, smollm2_hf
 
 VERSION = "0.33.0"
 FILES = ["tests/test_vllm_plugin.py", "tests/test_call_bias.py", "tests/test_no_sync.py", "tests/test_apis.py",
@@ -40,23 +42,34 @@ def venv_python() -> Path:
     return python
 
 
-@pytest.fixture(scope="module")
-def run033(tmp_path_factory) -> dict[str, dict[str, list[str]]]:
-    """Each file's test outcomes (passed, failed, skipped: test names) from one run on vLLM 0.33."""
+def run_files() -> tuple[Path, str]:
+    """Run FILES with the second environment's pytest: its junit report and its output."""
     python = venv_python()
     version = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                              text=True, cwd=ROOT, timeout=300)
     assert version.stdout.strip() == VERSION, version.stdout + version.stderr[-3000:]
-    report = tmp_path_factory.mktemp("vllm033") / "report.xml"
+    report = Path(tempfile.mkdtemp(prefix="toolbridge-vllm033-")) / "report.xml"
     # llama.cpp is not installed there: its tests (in test_adapters.py) skip instead of failing
     # ... and SmolLM2's tokenizer comes from this environment (its model package is not installed there)
     env = {**os.environ, "TOOLBRIDGE_SKIP_E2E": "1", SMOLLM2_TOKENIZER: str(smollm2_hf())}
     env.pop("PYTHONPATH", None)
     r = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *FILES],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=TIMEOUT)
-    print(f"\nvLLM {VERSION}: {r.stdout.strip().splitlines()[-1] if r.stdout.strip() else r.stderr[-500:]}")
-    assert report.exists(), r.stdout[-3000:] + r.stderr[-3000:]
-    return outcomes(report, r.stdout)
+    return report, r.stdout + r.stderr[-3000:]
+
+
+# Run by the session's pool (tests/servers.py) from the session's start, on the core the unit tests leave idle.
+POOL.define("vllm033_run", run_files, memory=False, early=True,
+            stop=lambda run: shutil.rmtree(run[0].parent, ignore_errors=True))
+
+
+@pytest.fixture(scope="module")
+def vllm033_run() -> dict[str, dict[str, list[str]]]:
+    """Each file's test outcomes (passed, failed, skipped: test names) from one run on vLLM 0.33."""
+    report, output = POOL.get("vllm033_run")
+    print(f"\nvLLM {VERSION}: {output.strip().splitlines()[-1] if output.strip() else '(no output)'}")
+    assert report.exists(), output[-6000:]
+    return outcomes(report, output)
 
 
 def outcomes(report: Path, output: str) -> dict[str, dict[str, list[str]]]:
@@ -83,9 +96,9 @@ def outcomes(report: Path, output: str) -> dict[str, dict[str, list[str]]]:
 
 
 @pytest.mark.parametrize("file", FILES)
-def test_on_vllm_033(run033, file):
+def test_on_vllm_033(vllm033_run, file):
     """Every test of the file passed on vLLM 0.33.0; only tests needing llama.cpp were skipped."""
-    got = run033[file]
+    got = vllm033_run[file]
     assert not got["failed"], "\n".join(got["failed"])
     assert got["passed"], f"{file}: no test ran on vLLM {VERSION}"
     assert all("llama_cpp" in s for s in got["skipped"]), got["skipped"]
