@@ -6,7 +6,8 @@ installs it, with the project (`pip install --no-deps -e .`) and the test tools,
 environment ($TOOLBRIDGE_VLLM033_VENV, default `.venv-vllm033`); this module runs the tests that
 need vLLM but no server (registration, adjust, extract, stream, the logits processor, the Responses
 reader, the middleware) with that environment's pytest, once (the session's pool starts it with the
-session, beside the unit tests), and reports each file here, so a failure on 0.33 fails the main run. Tests that need llama.cpp are skipped there (not installed).
+session, beside the unit tests), and reports each file here, so a failure on 0.33 fails the main run.
+Tests that need llama.cpp are skipped there (not installed).
 """
 from __future__ import annotations
 
@@ -42,8 +43,8 @@ def venv_python() -> Path:
     return python
 
 
-def run_files() -> tuple[Path, str]:
-    """Run FILES with the second environment's pytest: its junit report and its output."""
+def run_files() -> tuple[Path, str, str]:
+    """Run FILES with the second environment's pytest: its junit report, its output and its errors."""
     python = venv_python()
     version = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                              text=True, cwd=ROOT, timeout=300)
@@ -55,7 +56,7 @@ def run_files() -> tuple[Path, str]:
     env.pop("PYTHONPATH", None)
     r = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *FILES],
                        capture_output=True, text=True, cwd=ROOT, env=env, timeout=TIMEOUT)
-    return report, r.stdout + r.stderr[-3000:]
+    return report, r.stdout, r.stderr
 
 
 # Run by the session's pool (tests/servers.py) from the session's start, on the core the unit tests leave idle.
@@ -66,10 +67,10 @@ POOL.define("vllm033_run", run_files, memory=False, early=True,
 @pytest.fixture(scope="module")
 def vllm033_run() -> dict[str, dict[str, list[str]]]:
     """Each file's test outcomes (passed, failed, skipped: test names) from one run on vLLM 0.33."""
-    report, output = POOL.get("vllm033_run")
-    print(f"\nvLLM {VERSION}: {output.strip().splitlines()[-1] if output.strip() else '(no output)'}")
-    assert report.exists(), output[-6000:]
-    return outcomes(report, output)
+    report, stdout, stderr = POOL.get("vllm033_run")
+    print(f"\nvLLM {VERSION}: {stdout.strip().splitlines()[-1] if stdout.strip() else stderr[-500:]}")
+    assert report.exists(), stdout[-3000:] + stderr[-3000:]
+    return outcomes(report, stdout)
 
 
 def outcomes(report: Path, output: str) -> dict[str, dict[str, list[str]]]:
