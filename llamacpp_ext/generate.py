@@ -16,6 +16,7 @@ and nothing to change in the logits is one llama.cpp call.
 from __future__ import annotations
 
 import codecs
+import copy
 import ctypes
 import math
 import random
@@ -87,6 +88,14 @@ class Sampler:
         self.ending = vocab.ending(guard.follow) if guard is not None and vocab is not None else None
         self.ends = end_tokens(llama) if self.ending is not None else ()
         self.buf: np.ndarray | None = None
+        self.unbiased_at = -1  # a position sampled again without the call starts' bias (Session.phase)
+        self.chose_start = False  # the last token is a call start's first token the bias chose
+
+    def replay(self, tokens: Sequence[int]) -> None:
+        """Tell the chain the phase's tokens so far (a fresh sampler taking over a phase: its
+        penalties count them)."""
+        for token in tokens:
+            llama_cpp.llama_sampler_accept(self.chain.sampler, token)
 
     def close(self) -> None:
         if self.grammar is not None:
@@ -104,6 +113,12 @@ class Sampler:
                                       lambda: vocab.text(int(np.argmax(last_logits(self.llama)))),
                                       vocab.closers if guarded else (), vocab.enders if guarded else (),
                                       self.ending, self.ends)
+        raised = False
+        if steer is not None and steer.texts and changes:
+            if len(tokens) == self.unbiased_at:
+                changes = [(t, c) for t, c in changes if c <= 0 or t not in steer.starts]
+            raised = any(c > 0 and t in steer.starts for t, c in changes)
+        self.chose_start = False
         if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
         logits = last_logits(self.llama)
@@ -117,6 +132,8 @@ class Sampler:
             token = self._pick(logits, grammar_first=True)
             if not self._allowed(token, logits):  # the rules left the grammar nothing
                 token = self._grammar_top(last_logits(self.llama))
+        if raised:
+            self.chose_start = steer.bias_chose(token, int(np.argmax(last_logits(self.llama))), changes)
         llama_cpp.llama_sampler_accept(self.chain.sampler, token)
         if self.grammar is not None:
             llama_cpp.llama_sampler_accept(self.grammar.ptr, token)
@@ -271,6 +288,7 @@ class Session:
         pending = ""
         self.ended = LENGTH
         todo = reuse_cache(llama, self.tokens)
+        mark: _Mark | None = None  # where a call start the bias chose began, while it may still be one
         try:
             while True:
                 if todo:
@@ -278,7 +296,13 @@ class Session:
                 elif self.interrupt is not None:
                     self.interrupt.check(self.completion_tokens)
                 token = sampler.next(self.tokens)
+                if sampler.chose_start:
+                    mark = _Mark(len(self.tokens), pending, nbytes, len(ends), decoder.getstate(), copy.deepcopy(self.guard))
                 if is_end_of_generation(llama, token):
+                    if mark is not None:  # ended inside the bias's start: taken back, sampled again
+                        sampler, todo, pending, nbytes = self._take_back(mark, sampler, grammar, start, ends, decoder)
+                        mark = None
+                        continue
                     self.ended = EOG
                     break
                 piece = llama.detokenize([token], prev_tokens=self.tokens)
@@ -290,6 +314,14 @@ class Session:
                 pending += text
                 if self.guard is not None:
                     self.guard.feed(text)
+                if mark is not None:
+                    stands = self.steering.start_stands(pending[len(mark.pending):])
+                    if stands is False:  # the model did not go on with the bias's start: taken back
+                        sampler, todo, pending, nbytes = self._take_back(mark, sampler, grammar, start, ends, decoder)
+                        mark = None
+                        continue
+                    if stands:
+                        mark = None
                 hit = watch.find(pending, lambda at: self._at_line_start(pending, at, kept))
                 if hit is not None:
                     at, found = hit
@@ -305,12 +337,17 @@ class Session:
                         self.ended = STOP
                     break
                 hold = watch.held(pending)
-                if len(pending) > hold:
+                if mark is None and len(pending) > hold:
                     out = pending[:len(pending) - hold]
                     pending = pending[len(pending) - hold:]
                     kept.append(out)
                     yield out
                 if self.budget <= 0:
+                    if mark is not None:  # cut inside the bias's start: it leaves no trace
+                        self.tokens = self.tokens[:mark.at]
+                        pending, nbytes, self.guard = mark.pending, mark.nbytes, mark.guard
+                        del ends[mark.ends:]
+                        decoder.setstate(mark.decoder)
                     break
                 if limit is not None and len(self.tokens) - start >= limit:
                     self.ended = LIMIT
@@ -327,6 +364,24 @@ class Session:
         self.text += phase_text
         if self.ended == TRIGGER:
             self._align(start, ends, phase_text)
+
+    def _take_back(self, mark: "_Mark", sampler: Sampler, grammar: LlamaGrammar | None, start: int, ends: list[int],
+                   decoder: Any) -> tuple[Sampler, list[int], str, int]:
+        """Take back a call start the bias chose and what followed it (the model went on with
+        something else): the tokens, the text held, the guard's reading and the decoder as they were
+        at `mark`; a fresh sampler for the phase, told the tokens before it, that samples the mark's
+        position without the call starts' bias. What was generated still counts in usage. Returns
+        the sampler, the tokens to evaluate (the cache's replay), the text held and its byte count."""
+        self.tokens = self.tokens[:mark.at]
+        self.guard = mark.guard
+        del ends[mark.ends:]
+        decoder.setstate(mark.decoder)
+        sampler.close()
+        fresh = Sampler(self.llama, self.sampling, (self.seed + self.phases - 1) % 2**32, grammar, self.steering,
+                        self.start, self.guard, self.vocab)
+        fresh.replay(self.tokens[start:])
+        fresh.unbiased_at = mark.at
+        return fresh, reuse_cache(self.llama, self.tokens), mark.pending, mark.nbytes
 
     def _at_line_start(self, pending: str, at: int, kept: list[str]) -> bool:
         before = (self.text + "".join(kept) + pending[:at]).rstrip(" \t")
@@ -347,6 +402,18 @@ class Session:
             self.tokens = self.tokens[:start + k] + tail
         else:  # tokenizers that prefix a space (SentencePiece): tokenize all the text instead
             self.tokens = llama.tokenize((self.prompt_text + self.text).encode("utf-8"), add_bos=False, special=True)
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """A phase's state where a call start the bias chose began (Session.phase takes it back there)."""
+
+    at: int  # its index in the token list
+    pending: str  # the text held before it
+    nbytes: int
+    ends: int  # len(ends) before it
+    decoder: Any  # the UTF-8 decoder's state
+    guard: CallGuard | None  # the call guard's reading before it
 
 
 class Watch:

@@ -360,3 +360,22 @@ def test_a_call_tag_cut_before_the_tools_name_is_not_content(tail):
         p = StreamParser(TOOLS)
         events = p.feed("Sure.\n" + tail[:i]) + p.feed(tail[i:]) + p.finish()
         assert "".join(e.text for e in events if type(e) is Content) == "Sure."
+
+
+@pytest.mark.parametrize("dialect", sorted(DIALECTS))
+def test_an_answer_that_ends_inside_a_call_start_shows_none_of_it(dialect):
+    from toolbridge.constrain.grammar import call_starts
+
+    for start in call_starts(DIALECTS[dialect]):
+        for k in range(2, len(start)):
+            if start[:k].startswith("```"):  # a code fence of its own, which opens or closes code too
+                continue
+            text = "Let me check.\n" + start[:k]
+            whole = parse(text, TOOLS).content
+            assert whole == "Let me check.", (start[:k], whole)
+            p = StreamParser(TOOLS)
+            streamed = [e for c in text for e in p.feed(c)] + p.finish()
+            assert "".join(e.text for e in streamed if isinstance(e, Content)) == whole
+    # one character of a start also ends plain text, and text that left every start is the model's own
+    for text in ("x < y and {", "Hello <pre>", 'JSON: {"a": 1'):
+        assert parse(text, TOOLS).content == text

@@ -1,7 +1,10 @@
 """The `auto` steering at an answer's start (toolbridge.steer.steering), shared by both engines."""
 import math
+
+import pytest
 from dataclasses import replace
 
+from toolbridge.constrain.grammar import call_starts
 from toolbridge.dialects import get_dialect
 from toolbridge.request import follows_user_turn
 from toolbridge.steer.args import ARG, from_args, to_args
@@ -105,3 +108,18 @@ def test_a_bias_against_calls_also_holds_back_every_opener_a_call_may_follow():
     assert against.changes([]) == [(t, -5.0) for t in (*against.starts, ord("`"))]
     toward = Steering.for_dialect(get_dialect("tags"), ENCODE, start_bias=5)
     assert toward.changes([]) == [(t, 5.0) for t in toward.starts]  # a fence may be prose: not pushed
+
+
+@pytest.mark.parametrize("dialect", ["tags", "json", "toolcall", "fenced", "react"])
+def test_a_start_the_bias_chose_stands_only_once_the_model_writes_it_whole(dialect):
+    s = Steering.for_dialect(get_dialect(dialect), ENCODE, ["get_weather"], start_bias=5)
+    changes = s.changes([])
+    for start in call_starts(get_dialect(dialect)):
+        first, text = ord(start[0]), ord("I")
+        assert s.bias_chose(first, text, changes)  # the model's own top was text: the bias chose the start
+        assert not s.bias_chose(first, first, changes)  # the model's own top: nothing to check
+        assert not s.bias_chose(text, text, changes) and not s.bias_chose(first, text, [])
+        assert all(s.start_stands(start[:k]) is None for k in range(1, len(start)))  # still open
+        assert s.start_stands(start) is s.start_stands(" " + start + "get") is True  # a call follows
+        assert s.start_stands(start[0] + "pre>") is s.start_stands(start[:-1] + "\u00e9") is False  # stray
+    assert Steering.unpack(s.pack()).texts == call_starts(get_dialect(dialect))

@@ -248,13 +248,17 @@ def test_history_markup_ends_the_answer(pre, dialect, calls, marker, rest, first
 @given(marker=st.sampled_from(ENDS), cut=st.integers(0, 30), dialect=st.sampled_from(sorted(DIALECTS)), call=one_call,
        cuts=st.lists(st.integers(0, 300), max_size=10))
 def test_cut_off_history_markup(marker, cut, dialect, call, cuts):
-    """A prefix of history markup at the end of the text is content (it never became the marker)."""
+    """A prefix of history markup at the end of the text is content (it never became the marker), unless it
+    is a call start's too (`<t` of `<tool_response>` and `<tool_call>`): a start cut off is no content."""
     prefix = marker[:cut % len(marker)]
     text = DIALECTS[dialect].format_calls([call]) + "\nok " + prefix
     events = run_stream(text, cuts, end_after_calls=False)
     check_contract(events)
     assert fold(events) == whole(text, end_after_calls=False)
-    assert fold(events)[0] == ("ok " + prefix).rstrip()
+    starts = [d.open for d in DIALECTS.values() if d.open]  # a whole code fence is no call's start alone
+    a_start = len(prefix) >= 2 and not prefix.startswith("```") and any(s.startswith(prefix) and s != prefix
+                                                                        for s in starts)
+    assert fold(events)[0] == ("ok " + ("" if a_start else prefix)).rstrip()
     events = run_stream(text, cuts)  # after a call nothing is content
     assert fold(events) == whole(text) and fold(events)[0] is None
 

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from .callobj import CallObjectReader
-from ..dialects import FENCE, Dialect
+from ..dialects import BARE_JSON, FENCE, Dialect
 from ..lenient import WS, LenientReader
 
 # what the scanner is reading
@@ -92,6 +92,14 @@ class BodyScanning:
         d = self.dialect
         return (d is not None and bool(d.open) and d.open.startswith("<") and "".join(self.held).startswith(d.open)
                 and not (self.mode == JSON_BODY and self.body.committed))
+
+    def _partial_start(self) -> bool:
+        """The text ended inside a bare JSON call's opening (`{"na`): at least MIN_PARTIAL characters
+        of `{"name": "`, and no more."""
+        held = "".join(self.held).lstrip()
+        opening = BARE_JSON.call[0]
+        return (self.mode == JSON_BODY and not self.body.committed and len(held) >= 2 and len(held) < len(opening)
+                and opening.startswith(held))
 
     def _drop_start(self) -> None:
         self.held = []

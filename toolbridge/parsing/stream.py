@@ -36,8 +36,14 @@ from .callobj import CallObjectReader
 from ..dialects import Dialect
 from ..events import Content, Event, merge, new_call_id
 from ..lenient import WS, LenientReader
-from .markers import K_END, K_LABEL, K_STRAY, WAIT, ContentGuard, Marker, markers
+from .markers import K_END, K_LABEL, K_OPEN, K_STRAY, WAIT, ContentGuard, Marker, markers
 from ..tools import ToolChoice, normalize_tools
+
+
+# An answer that ends inside a call's start (`<tool_c`, `{"na`; cut by max_tokens, or ended there) shows none
+# of it: a start is no content. At least two characters of it, as one `<` or `{` also ends plain text.
+PARTIAL = object()
+MIN_PARTIAL = 2
 
 
 class StreamParser(BodyScanning, react.ReactScanning):
@@ -91,7 +97,7 @@ class StreamParser(BodyScanning, react.ReactScanning):
                 self._react("", 0, final=True)
                 if self.mode == REACT:
                     self._end_react(complete=True)
-            elif self.mode in (JSON_BODY, OPEN) and self._tagged_start():
+            elif self.mode in (JSON_BODY, OPEN) and (self._tagged_start() or self._partial_start()):
                 self._drop_start()
             elif self.mode == JSON_BODY:
                 self.reader.finish()
@@ -222,6 +228,9 @@ class StreamParser(BodyScanning, react.ReactScanning):
                     return j
             if marker is WAIT:
                 return j
+            if marker is PARTIAL:  # the text ends inside a call's start marker: none of it is content
+                self.ws = ""
+                return n
             if marker is not None:
                 return self._on_marker(marker, s, j)
             self._begin_body(self.markers.bare)
@@ -247,8 +256,11 @@ class StreamParser(BodyScanning, react.ReactScanning):
             if rest >= len(t):
                 if s.startswith(t, j) and (best is None or len(t) > len(best.text)):
                     best = mk
-            elif not final and t.startswith(s[j:]):
-                return WAIT
+            elif t.startswith(s[j:]):
+                if not final:
+                    return WAIT
+                if mk.kind == K_OPEN and rest >= MIN_PARTIAL:
+                    return PARTIAL
         return best
 
     def _on_marker(self, mk: Marker, s: str, j: int) -> int:

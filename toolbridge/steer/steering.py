@@ -25,6 +25,14 @@ the same decision: right after the first call, one of them still uncalled adds `
 call, with two or more named and each called, the call starts get `enough` (the policy's rule:
 toolbridge.steer.policy.after_call_bias).
 
+A start the bias chose is the bias's, not the model's: where a positive bias made a call start's first
+token win over the model's own top token (`bias_chose`), that token stands only if the model goes on to
+write the call start whole (`start_stands`: undecided while the text since it is a proper prefix of a
+call start, standing once it holds one, stray once it leaves them all). Without this, the bias's `<` at the top of
+a plain answer becomes the model's own markup (SmolLM2, asked for two lines about autumn, wrote `<pre>`).
+An engine that can take tokens back (llama.cpp's session) takes a stray start back and samples that
+position again without the bias; vLLM's processor cannot (docs/architecture.md).
+
 Each engine applies `Steering.changes` in its own logits processor; the steering travels to
 it as plain data (`pack` / `unpack`), within the request's one toolbridge argument (toolbridge.steer.args).
 """
@@ -61,6 +69,7 @@ class Steering:
     asked: frozenset[str] = frozenset()  # the tools the question names by words only they have (toolbridge.steer.relevance)
     again: float = 0.0  # added to `next` when the first call leaves one of `asked` uncalled
     enough: float = 0.0  # on the call starts after a later call, once two or more `asked` are all called
+    texts: tuple[str, ...] = ()  # the call starts' texts (toolbridge.constrain.grammar.call_starts)
 
     def __post_init__(self) -> None:
         if not self.starts and self.call:
@@ -92,7 +101,7 @@ class Steering:
                    result=tuple(encode(dialect.result_marker)) if dialect.result_marker else (),
                    start_bias=float(start_bias), starts=tuple(dict.fromkeys(firsts)),
                    heads=tuple(heads) if names else (), names=tuple(dict.fromkeys(names)),
-                   next_bias=float(next_bias),
+                   next_bias=float(next_bias), texts=call_starts(dialect),
                    opens=tuple(dict.fromkeys(t for t in first_tokens(_OPENERS) if t not in firsts)))
 
     @property
@@ -141,6 +150,20 @@ class Steering:
                 changes.append((result[n], BAN))
         return changes
 
+    def bias_chose(self, token: int, top: int, changes: Sequence[tuple[int, float]]) -> bool:
+        """Whether `token`, chosen where the model's own top token (no changes) was `top`, is a call
+        start's first token that won by a positive change on it (the start or next-call bias)."""
+        return token != top and token in self.starts and any(t == token and c > 0 for t, c in changes)
+
+    def start_stands(self, text: str) -> bool | None:
+        """Whether a start the bias chose stands, given the answer's text from that token on: True
+        once it holds a whole call start (a call follows), False once it has left every call start
+        (stray: it is taken back), None while it is a proper prefix of one. Spaces before count."""
+        t, starts = text.lstrip(" "), [s.lstrip(" ") for s in self.texts]
+        if any(t.startswith(s) for s in starts):
+            return True
+        return None if any(s.startswith(t) for s in starts) else False
+
     def after_call(self, called: Sequence[str], repeated: bool = False) -> list[tuple[int, float]]:
         """(token, logit change) for a token after an answer's calls (`called`: their names, in
         order): anywhere after a call the answer already held (`repeated`), each call start's first
@@ -159,7 +182,7 @@ class Steering:
         """The steering as plain data (lists, numbers, strings), for `unpack`."""
         data = {"start_bias": self.start_bias, "call": list(self.call), "result": list(self.result),
                 "starts": list(self.starts), "names": [list(self.heads), list(self.names)],
-                "next_bias": self.next_bias, "opens": list(self.opens)}
+                "next_bias": self.next_bias, "opens": list(self.opens), "texts": list(self.texts)}
         if self.asked and (self.again or self.enough):
             data["again"] = [sorted(self.asked), self.again, self.enough]
         return data
@@ -181,7 +204,8 @@ class Steering:
                        start_bias=float(start_bias or 0), starts=tuple(int(t) for t in data.get("starts") or ()),
                        heads=_paths(heads), names=_paths(names), next_bias=float(next_bias or 0),
                        opens=tuple(int(t) for t in data.get("opens") or ()), asked=frozenset(str(n) for n in asked),
-                       again=float(again), enough=float(enough))
+                       again=float(again), enough=float(enough),
+                       texts=tuple(str(t) for t in data.get("texts") or ()))
         except (TypeError, ValueError):
             return None
 
