@@ -1,6 +1,6 @@
 """How answers start under `auto`: the model's own answer, a call, or a stray piece of a call start.
 
-    python bench/answer_start.py --base-url http://127.0.0.1:8000/v1 [--model NAME] [--json out.json]
+    python bench/answer_start.py --base-url http://127.0.0.1:8000/v1 [--model NAME] [--stream] [--json out.json]
     python bench/answer_start.py --compare before.json after.json
 
 Two tools (weather, web search); 40 questions that need no tool and 20 that need one, asked once each at
@@ -55,14 +55,25 @@ TOOLS = [
 STRAY = ("<", "{")  # the first characters of the default dialect's call start and of a bare JSON call
 
 
-def ask(client, model: str, question: str, needs_tool: bool) -> dict:
-    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}], tools=TOOLS,
-                                       tool_choice="auto", temperature=0, max_tokens=40)
-    m = r.choices[0].message
-    content = m.content or ""
-    calls = [c.function.name for c in m.tool_calls or []]
+def ask(client, model: str, question: str, needs_tool: bool, stream: bool = False) -> dict:
+    kw = dict(model=model, messages=[{"role": "user", "content": question}], tools=TOOLS, tool_choice="auto",
+              temperature=0, max_tokens=40)
+    if stream:
+        content, names, finish = "", {}, None
+        for chunk in client.chat.completions.create(stream=True, **kw):
+            for choice in chunk.choices:
+                content += choice.delta.content or ""
+                for c in choice.delta.tool_calls or []:
+                    if c.function and c.function.name:
+                        names[c.index] = c.function.name
+                finish = choice.finish_reason or finish
+        calls = [names[i] for i in sorted(names)]
+    else:
+        r = client.chat.completions.create(**kw)
+        m, finish = r.choices[0].message, r.choices[0].finish_reason
+        content, calls = m.content or "", [c.function.name for c in m.tool_calls or []]
     return {"question": question, "needs_tool": needs_tool, "content": content, "calls": calls,
-            "stray": not calls and content.lstrip().startswith(STRAY), "finish": r.choices[0].finish_reason}
+            "stray": not calls and content.lstrip().startswith(STRAY), "finish": finish}
 
 
 def table(rows: list[dict]) -> str:
@@ -87,6 +98,7 @@ def main() -> int:
     ap.add_argument("--base-url", default="http://127.0.0.1:8000/v1")
     ap.add_argument("--model", default=None, help="the served model's name (default: the server's first)")
     ap.add_argument("--json", help="save every answer here")
+    ap.add_argument("--stream", action="store_true", help="ask for streamed answers (put together here)")
     ap.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="two saved runs: counts and changes")
     args = ap.parse_args()
     if args.compare:
@@ -100,7 +112,8 @@ def main() -> int:
     client = OpenAI(base_url=args.base_url, api_key="none", timeout=600)
     model = args.model or client.models.list().data[0].id
     t0 = time.perf_counter()
-    rows = [ask(client, model, q, False) for q in PLAIN] + [ask(client, model, q, True) for q in TOOL]
+    rows = [ask(client, model, q, False, args.stream) for q in PLAIN] + [ask(client, model, q, True, args.stream)
+                                                                         for q in TOOL]
     for r in rows:
         if r["stray"]:
             print(f"stray: {r['question']!r} -> {r['content'][:60]!r}")

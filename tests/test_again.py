@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from toolbridge.request import prepare
 from toolbridge.serving import again
-from vllm_plugin.middleware import AGAIN, RequestCheck
+from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, RequestCheck
 
 CHECKED = {"tb_word_checks": "grounded"}  # the check these tests are about, whatever the defaults
 
@@ -83,7 +83,7 @@ def serve(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[
 
 def marked(body: dict) -> bool:
     """Whether a body the route is sent asks for the second answer (what the parser reads)."""
-    return bool((body.get("vllm_xargs") or {}).get(AGAIN))
+    return (body.get("vllm_xargs") or {}).get(AGAIN) in (IN_TEXT, UNBIASED)
 
 
 def through_the_check(app, body: dict, sent: list[dict] | None = None) -> list[dict]:
@@ -191,9 +191,9 @@ def received_as_sent(options: dict) -> list[bool]:
 
 
 def test_a_streamed_first_call_is_held_only_where_the_check_is_asked():
-    """Without the grounded check a stream passes each event as it comes; with it, the opening call
-    waits until it is complete."""
-    assert all(received_as_sent({"tb_word_checks": False}))
+    """Without the grounded check (and no start bias: see the stray start below) a stream passes each event
+    as it comes; with it, the opening call waits until it is complete."""
+    assert all(received_as_sent({"tb_word_checks": False, "tb_call_bias": 0}))
     assert not all(received_as_sent(CHECKED))
 
 
@@ -220,4 +220,68 @@ def test_a_clients_own_mark_is_taken_out():
         await send({"type": "http.response.body", "body": answer, "more_body": False})
 
     assert body_of(through_the_check(app, body)) == answer
-    assert got[0]["vllm_xargs"] == {"other": "kept"}
+    assert got[0]["vllm_xargs"] == {"other": "kept", AGAIN: WATCHED}  # the check's own mark: its start is watched
+
+
+def asked_unbiased(body: dict) -> bool:
+    return (body.get("vllm_xargs") or {}).get(AGAIN) == UNBIASED
+
+
+def text_stream(i: str, *texts: str) -> bytes:
+    return events([chunk(i, {"role": "assistant", "content": ""}), *(chunk(i, {"content": t}) for t in texts),
+                   chunk(i, {}, "stop"), {"id": i, "choices": [], "usage": {
+                       "prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}}, "[DONE]"])
+
+
+def serve_bodies(body: dict, answers: list[bytes], cuts: list[int] = ()) -> tuple[list[dict], list[dict]]:
+    """(what the client got, each body the route was sent)."""
+    bodies: list[dict] = []
+
+    async def app(scope, receive, send):
+        bodies.append(json.loads((await receive())["body"]))
+        data = answers[len(bodies) - 1]
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        points = sorted({c % (len(data) + 1) for c in cuts})
+        for a, b in zip([0, *points], [*points, len(data)]):
+            await send({"type": "http.response.body", "body": data[a:b], "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return through_the_check(app, body), bodies
+
+
+BIASED = {"tb_call_bias": 5}  # a start biased toward calls (the default without a tool template)
+
+
+@given(cuts=st.lists(st.integers(0, 2000), max_size=6))
+@settings(max_examples=40, deadline=None)
+def test_an_answer_ended_inside_a_biased_start_is_asked_again_without_the_bias(cuts):
+    """The processor ends an answer whose start the bias chose and the model did not go on with (after
+    `<`); the request check asks again without the start bias, under the first answer's id."""
+    body = {**request(ANNA, True), "chat_template_kwargs": BIASED}
+    sent, bodies = serve_bodies(body, [text_stream("first", "<"), TEXT_STREAM], cuts)
+    assert [asked_unbiased(b) for b in bodies] == [False, True] and bodies[0]["vllm_xargs"] == {AGAIN: WATCHED}
+    got = [json.loads(e[6:]) for e in body_of(sent).split(b"\n\n") if e.startswith(b"data: {")]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in got if c["choices"]) == "Which account?"
+    assert {c["id"] for c in got} == {"first"} and got[-1]["usage"]["completion_tokens"] == 4 + 2
+    whole_body = {**request(ANNA, False), "chat_template_kwargs": BIASED}
+    second = whole("second", {"role": "assistant", "content": "Which account?"}, 4)
+    sent, bodies = serve_bodies(whole_body, [whole("first", {"role": "assistant", "content": "<"}, 2), second], cuts)
+    assert [asked_unbiased(b) for b in bodies] == [False, True]
+    assert json.loads(body_of(sent))["choices"][0]["message"]["content"] == "Which account?"
+
+
+@given(cuts=st.lists(st.integers(0, 2000), max_size=6))
+@settings(max_examples=40, deadline=None)
+def test_the_models_own_text_and_an_unbiased_start_pass_unchanged(cuts):
+    body = {**request(ANNA, True), "chat_template_kwargs": BIASED}
+    own = text_stream("first", "<", "pre>", " hi")
+    sent, bodies = serve_bodies(body, [own], cuts)
+    assert len(bodies) == 1 and body_of(sent) == own
+    unbiased = {**body, "chat_template_kwargs": {"tb_call_bias": 0}}
+    ended = text_stream("first", "<")
+    sent, bodies = serve_bodies(unbiased, [ended], cuts)
+    assert len(bodies) == 1 and body_of(sent) == ended and not bodies[0].get("vllm_xargs")  # not watched
+    whole_body = {**request(ANNA, False), "chat_template_kwargs": BIASED}
+    answer = whole("first", {"role": "assistant", "content": "<pre> hi"}, 3)
+    sent, bodies = serve_bodies(whole_body, [answer], cuts)
+    assert len(bodies) == 1 and body_of(sent) == answer

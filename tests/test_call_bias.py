@@ -508,3 +508,37 @@ def test_an_answer_ends_after_its_calls():
     assert finite[0] == {end}
     assert {end, ID["\n"], ID["<tool_call>"], ID["<tool_"]} <= finite[1] and ID[" the"] not in finite[1]
     assert finite[2] == finite[1]
+
+
+@where
+@pytest.mark.parametrize("kind", ["auto", "steer"])
+def test_a_start_the_bias_favoured_goes_on_with_a_call_start_or_ends(where, kind):
+    """vLLM cannot take a token back: after the biased `<` (the first piece of `<tool_call>` here), where
+    the model's top token goes on with a call start the answer is held to the tokens that do; where it
+    would write anything else, it ends there (the request check then asks again without the bias,
+    toolbridge.serving.again). Once the start stands, or was never taken, nothing is held."""
+    end = ID["~"]
+    going = set(hf_vocabulary(TOK).start_going(steering().texts, "<"))
+    assert ID["t"] in going and ID["<tool_call>"] not in going and ID["p"] not in going
+    for top, held in ((ID["t"], going | {end}), (ID["p"], {end})):
+        p, out = processor(where), []
+        params = SimpleNamespace(extra_args=args(kind), all_stop_token_ids=[end])
+        p.update_state(BatchUpdate(1, [], [(0, params, None, out)], []))
+        p.apply(zeros(where, 1))  # the start: the bias on every call start's first token
+        out.append(ID["<"])
+        logits = zeros(where, 1)
+        logits[0, top] = 3.0
+        p.apply(logits)
+        assert {t for t in range(len(PIECES)) if logits[0, t] > -math.inf} == held
+        out.append(top)  # `<t` is still a start (held again, here to its end: the top, 0, is none);
+        logits = zeros(where, 1)  # `<p` has left every start (nothing held: the request check's part)
+        p.apply(logits)
+        assert bool(logits[0].isfinite().all()) == (top == ID["p"])
+    p, out = processor(where), []  # the model's own text at the start: nothing held
+    p.update_state(BatchUpdate(1, [], [(0, SimpleNamespace(extra_args=args(kind), all_stop_token_ids=[end]), None,
+                                         out)], []))
+    p.apply(zeros(where, 1))
+    out.append(ID["S"])
+    logits = zeros(where, 1)
+    p.apply(logits)
+    assert bool(logits[0].isfinite().all())

@@ -139,12 +139,15 @@ def test_auto_calls_lazily(client, lt_bias, stream, tool_choice):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_auto_answers_in_text(client, stream):
-    content, calls, finish, _ = ask(client, stream, messages=[{"role": "user", "content": "Write a haiku about the sea."}],
+@pytest.mark.parametrize("question", ["Write a haiku about the sea.", "Write two lines about autumn."])
+def test_auto_answers_in_text(client, stream, question):
+    """No call, and the answer starts as the model's own: the start bias made `<` win on both, and the model
+    went on with tags of its own (`<sea_hokai>`, `<pre>`) until a start the bias chose was taken back."""
+    content, calls, finish, _ = ask(client, stream, messages=[{"role": "user", "content": question}],
                                     tools=TOOLS, tool_choice="auto", max_tokens=60)
     assert calls == []
     assert finish in ("stop", "length")
-    assert content and "<tool_call>" not in content
+    assert content and "<tool_call>" not in content and not content.lstrip().startswith(("<", "{"))
 
 
 @pytest.mark.parametrize("stream", [False, True])

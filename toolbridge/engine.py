@@ -34,7 +34,7 @@ from .schema import engine_schema, resolve_ref
 from .steer.args import ARG, from_args, thinking_from_args, to_args
 from .steer.callguard import POINTS, CallGuard
 from .steer.ending import Ending
-from .steer.logits import Edit, token_changes, write
+from .steer.logits import Edit, start_hold, token_changes, write
 from .steer.steering import BAN, Steering
 from .steer.thinking import PROMPT_TAIL, ThinkingEnd
 from .steer.vocab import Vocabulary, hf_vocabulary
@@ -53,7 +53,7 @@ __all__ = [
     "json_string", "resolve_ref", "separator",
     # steering
     "ARG", "BAN", "CallGuard", "Edit", "Ending", "POINTS", "Steering", "Vocabulary", "from_args", "hf_vocabulary",
-    "to_args", "token_changes", "write",
+    "start_hold", "to_args", "token_changes", "write",
     # thinking
     "BUDGET_OPTION", "DEFAULT_THINKING", "EFFORT_BUDGETS", "PROMPT_TAIL", "ThinkingEnd", "opened_by",
     "thinking_from_args", "with_budget",

@@ -183,6 +183,13 @@ class ToolRequest:
             return ()
         return invented(arguments, tool.parameters, self.checked.seen)
 
+    def unbiased_start(self) -> "ToolRequest":
+        """The plan for this answer asked again without the start bias toward calls (a start the bias
+        chose was left half-written: toolbridge.steer.logits.start_hold); a bias against them stays."""
+        d = self.decisions
+        start = min(d.start_bias, 0.0)
+        return replace(self, decisions=replace(d, start_bias=start, steers=d.steers and bool(start or d.next_bias or d.asked)))
+
     @property
     def steer(self) -> bool:
         """The `auto` steering applies (toolbridge.steer.steering)."""
@@ -230,13 +237,17 @@ class ToolRequest:
             return steering
         return replace(steering, asked=d.asked, again=d.again, enough=d.enough)
 
-    def logit_args(self, vocab: Vocabulary | None) -> dict:
+    def logit_args(self, vocab: Vocabulary | None, start_held: bool = False) -> dict:
         """The answer's per-token rules for an engine's logits processor, packed as one argument
         (toolbridge.steer.args): the call guard, and in a vocabulary's ids (where the engine's front
         has one) the `auto` steering and, where the prompt opens a thinking block, its end (the
-        policy's budget; no end inside it where the answer must call)."""
+        policy's budget; no end inside it where the answer must call). `start_held`: a start the bias
+        chose ends the answer where the model does not go on with it (the engine's front asks again:
+        toolbridge.steer.logits.start_hold); else the steering carries no call starts' texts."""
         guard = self.call_guard()
         steering = self.steering(vocab) if vocab is not None and self.steer else None
+        if steering is not None and not start_held:
+            steering = replace(steering, texts=())
         end = None if vocab is None else ThinkingEnd.for_thinking(
             DEFAULT_THINKING, vocab.marker, self.decisions.thinking_budget, forced=self.force is not None)
         return to_args(steering, guard, end)

@@ -32,8 +32,8 @@ from typing import Any, Sequence
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.engine import (BAN, PROMPT_TAIL, Edit, Vocabulary, from_args, hf_vocabulary, thinking_from_args,
-                               token_changes, write)
+from toolbridge.engine import (BAN, PROMPT_TAIL, Edit, Vocabulary, from_args, hf_vocabulary, start_hold,
+                               thinking_from_args, token_changes, write)
 from vllm_plugin.rows import NEVER, POINT, Answer, CloseTables, end_tokens
 
 
@@ -104,7 +104,8 @@ class CallBias(LogitsProcessor):
         if guard is not None and not guard.armed:
             marks = self._vocab.marks(guard.firsts)
         ending = self._vocab.ending(guard.follow) if guard is not None else None
-        ends = end_tokens(params) if ending is not None or (thinking is not None and thinking.forced) else ()
+        ends = end_tokens(params) if (ending is not None or (thinking is not None and thinking.forced)
+                                      or (steering is not None and steering.texts)) else ()
         answer = Answer(output_ids, steering, guard, marks, ending, ends, thinking)
         return answer if thinking is not None or answer.ruled or answer.watching else None
 
@@ -171,12 +172,14 @@ class CallBias(LogitsProcessor):
                     if at is not None:
                         asks.append((row, at))
                         continue
-            elif len(a.ids) - a.start >= a.horizon:  # no call started, and steering has no more to say
+            elif len(a.ids) - a.start >= a.horizon and a.opened is None:  # no call started, steering has no more to say
                 silent.append(row)
                 continue
             else:
                 guard = None
             changes, only = token_changes(a.steering, a.answer, guard, _unasked, closers, enders, a.ending, a.ends)
+            if a.steering is not None and a.steering.texts:
+                only = self._start(a, changes, only)
             if changes or only is not None:
                 edits.append((row, changes, only))
         for row in silent:
@@ -198,6 +201,25 @@ class CallBias(LogitsProcessor):
         if edits:
             write(logits, edits, self._tensor)
         return logits
+
+    def _start(self, a: Answer, changes: list, only: Any) -> Any:
+        """A call start the bias favoured (toolbridge.steer.logits.start_hold): the position is noted where
+        the bias speaks; from the next step, while the text from there is an open call start, the answer
+        goes on with it where the model's top token does, else ends (the request check asks again
+        without the bias). A step whose last token vLLM has not filled in yet (-1) decides nothing."""
+        ids = a.ids
+        if a.opened is not None:
+            new = ids[a.opened:]
+            if new and new[-1] >= 0 and only is None:
+                text = "".join(map(self._vocab.text, new))  # from the table: a start's tokens are few
+                hold = start_hold(a.steering, text, self._vocab.start_going, a.ends)
+                if hold is None:
+                    a.opened = None
+                return hold
+            return only
+        if any(c > 0 and t in a.steering.starts for t, c in changes) and self._text_ready():
+            a.opened = len(ids)
+        return only
 
     def _think(self, edits: list[Edit]) -> None:
         """Answers inside the thinking their prompt opened: each new token's text read for the close

@@ -13,7 +13,8 @@ app is built, the served chat template is checked against the settings too (`che
   (toolbridge.serving.again; the `grounded` word check of `tb_word_checks`). The check makes the
   request's plan from the body, as the parser does from vLLM's request object; the second request
   carries `AGAIN` in its `vllm_xargs`, which the parser reads and takes out (a client's own is taken
-  out here).
+  out here). So is an answer the logits processor ended inside a call start the bias chose (the
+  model went on with something else: toolbridge.steer.logits.start_hold), without the start bias.
 
 The parser works without it; it only changes those answers. `RequestGuard` is the name it had
 before, kept for existing command lines."""
@@ -35,7 +36,9 @@ from vllm_plugin.constraint import planned, user_constraint
 
 log = logging.getLogger(__name__)
 
-AGAIN = "toolbridge_again"  # the `vllm_xargs` key that marks the second answer of a request (value 1)
+AGAIN = "toolbridge_again"  # the `vllm_xargs` key that marks the second answer of a request, and how it is asked:
+IN_TEXT, UNBIASED = 1, 2  # with every call opening held back; without the start bias toward calls
+WATCHED = 3  # the first answer, whose start the check watches: one the bias chose and the model left ends there
 USAGE_ASKED = "toolbridge_usage_asked"  # scope state: the client asked for a streamed chat answer's usage
 
 
@@ -67,9 +70,11 @@ class RequestCheck(_Check):
             send = cut.CutAnswer(send, limit, bool(data.get("stream")),
                                  scope.get("state", {}).get(USAGE_ASKED, True), api).send
         plan = self.plan(data) if chat else None
-        if again.checked(plan) and data.get("n") in (None, 1):
+        if (again.checked(plan) or again.start_checked(plan)) and data.get("n") in (None, 1):
+            first = _marked(data, WATCHED) if again.start_checked(plan) else body
             await again.answer(self.app, scope, receive, send,
-                               again.Attempts(body, _marked(data), plan, bool(data.get("stream"))))
+                               again.Attempts(first, _marked(data, IN_TEXT), plan, bool(data.get("stream")),
+                                              _marked(data, UNBIASED)))
         else:
             await super().answer(scope, body, receive, send, data)
 
@@ -95,10 +100,10 @@ def _fields(data: dict) -> SimpleNamespace:
                            structured_outputs=obj(data.get("structured_outputs")))
 
 
-def _marked(data: dict) -> bytes:
-    """The body that asks the route for the second answer."""
+def _marked(data: dict, how: int) -> bytes:
+    """The body that asks the route for the second answer, `how` (IN_TEXT, UNBIASED)."""
     xargs = data.get("vllm_xargs") if isinstance(data.get("vllm_xargs"), dict) else {}
-    return json.dumps({**data, "vllm_xargs": {**xargs, AGAIN: 1}}).encode("utf-8")
+    return json.dumps({**data, "vllm_xargs": {**xargs, AGAIN: how}}).encode("utf-8")
 
 
 RequestGuard = RequestCheck
@@ -197,4 +202,4 @@ def _is_dir(text: str) -> bool:
         return False
 
 
-__all__ = ["AGAIN", "RequestCheck", "RequestGuard", "install", "check_template", "tool_trained"]
+__all__ = ["AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "RequestCheck", "RequestGuard", "install", "check_template", "tool_trained"]

@@ -14,7 +14,7 @@ class Answer:
     """One request's rules and how far its guard has read its output."""
 
     __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks", "ending", "ends", "thinking",
-                 "start")
+                 "start", "opened")
 
     def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray,
                  ending: Ending | None = None, ends: tuple[int, ...] = (), thinking: ThinkingEnd | None = None):
@@ -29,11 +29,13 @@ class Answer:
         self.marks = marks  # the tokens whose text may begin one of the guard's call starts
         self.ending = ending  # what may follow a complete call, in the vocabulary's tokens (toolbridge.steer.ending)
         self.ends = ends  # the request's end tokens (end of sequence, the model's other end-of-turn tokens)
+        self.opened: int | None = None  # where in `ids` the bias last favoured the call starts, while it may speak
 
     @property
     def ruled(self) -> bool:
         """Whether the rule may speak at this step: steering within its horizon, or an armed guard."""
-        return len(self.ids) - self.start < self.horizon or (self.guard is not None and self.guard.armed)
+        return (len(self.ids) - self.start < self.horizon or (self.guard is not None and self.guard.armed)
+                or self.opened is not None)
 
     @property
     def answer(self) -> list[int]:

@@ -20,7 +20,7 @@ from toolbridge.engine import (ARG, EFFORT_BUDGETS, PLAIN, USER, BadRequest, Cal
                                renders_tools, text_only)
 from toolbridge.apis import responses
 from vllm_plugin.constraint import memoize_validation, planned, structural_tag, user_constraint
-from vllm_plugin.middleware import AGAIN, install as install_request_check
+from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -73,12 +73,15 @@ class ToolbridgeToolParser(ToolParser):
         sent = getattr(request, "vllm_xargs", None) or {}
         request.vllm_xargs = {k: v for k, v in sent.items() if k not in (ARG, AGAIN)}  # the rules' and the check's
         vocab = hf_vocabulary(self.model_tokenizer) if self.model_tokenizer is not None else None
-        if sent.get(AGAIN):  # the request check asks for this answer again, in text: every call opening held back
+        how = sent.get(AGAIN)
+        if how == IN_TEXT:  # the request check asks for this answer again, in text: every call opening held back
             if vocab is not None:
                 held = dict.fromkeys((str(t) for t in req.steering(vocab).openings), -100.0)
                 request.logit_bias = {**(getattr(request, "logit_bias", None) or {}), **held}
             return request
-        request.vllm_xargs.update(req.logit_args(vocab))
+        if how == UNBIASED:  # ... without the start bias: the start it chose was left half-written
+            req = req.unbiased_start()
+        request.vllm_xargs.update(req.logit_args(vocab, start_held=how == WATCHED))  # ... and asks again if so
         if vocab is not None and getattr(request, "thinking_token_budget", None) is not None:
             request.thinking_token_budget = None  # the budget is the logits processor's now, not also vLLM's
         if tag is not None:

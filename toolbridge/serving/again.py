@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..constrain.grammar import call_starts
 from ..events import ToolCall
 from ..request import ToolRequest
 from .asgi import replay, with_body
@@ -33,12 +34,34 @@ class Attempts:
     second: bytes
     plan: ToolRequest
     stream: bool
+    unbiased: bytes = b""  # the body that asks for it without the start bias (a start the bias chose went stray)
 
 
 def checked(plan: ToolRequest | None) -> bool:
     """Whether the request's first call is checked for made-up values (its plan asks for the
     `grounded` word check); a stream holds that call back only then."""
     return plan is not None and bool(plan.grounded)
+
+
+def start_checked(plan: ToolRequest | None) -> bool:
+    """Whether the answer's start is biased toward a call (the processor then ends an answer whose call
+    start the model did not go on with: toolbridge.steer.logits.start_hold); a stream holds its first
+    text back while it may still be such a start."""
+    return plan is not None and plan.steer and plan.decisions.start_bias > 0
+
+
+def may_start(plan: ToolRequest, content: str | None) -> bool:
+    """Whether an answer's text so far may still be a call start the bias chose: nothing but spaces, or
+    a proper prefix of one of the plan's call starts."""
+    text = (content or "").strip()
+    return not text or any(s.startswith(text) and s != text for s in call_starts(plan.dialect))
+
+
+def stray_start(plan: ToolRequest | None, content: str | None, called: bool, finish: Any) -> bool:
+    """An answer that ended, calling nothing, inside a call start at its first position: where the
+    start was biased, the processor ended it there (the model went on with something else), and it is
+    asked for again without the bias."""
+    return start_checked(plan) and not called and finish == "stop" and may_start(plan, content)
 
 
 def made_up(plan: ToolRequest | None, content: str | None, name: str, arguments: str) -> bool:
@@ -50,11 +73,12 @@ def made_up(plan: ToolRequest | None, content: str | None, name: str, arguments:
 
 async def answer(app: Callable, scope: dict, receive: Callable, send: Callable, attempts: Attempts) -> None:
     """The route's answer to a chat request, generated again from `attempts.second` when its first
-    call made its values up."""
+    call made its values up, or from `attempts.unbiased` when it ended inside a call start (stray)."""
     out = _Stream(send, attempts.plan) if attempts.stream else _Whole(send, attempts.plan)
-    await app(scope, replay(attempts.first, receive), out.send)
+    await app(with_body(scope, attempts.first), replay(attempts.first, receive), out.send)
     if await out.dropped():
-        await app(with_body(scope, attempts.second), replay(attempts.second, receive), out.second_send())
+        body = attempts.unbiased if out.stray else attempts.second
+        await app(with_body(scope, body), replay(body, receive), out.second_send())
 
 
 def _only_choice(data: Any) -> dict | None:
@@ -86,6 +110,7 @@ class _Whole:
         self._start: dict | None = None
         self._chunks: list[bytes] = []
         self._spent = 0
+        self.stray = False  # dropped as a start the bias chose, left half-written (else: made up)
 
     async def send(self, message: dict) -> None:
         if message["type"] == "http.response.start":
@@ -102,7 +127,9 @@ class _Whole:
         choice = _only_choice(data)
         message = choice.get("message") if choice is not None else None
         call = _first_call(message.get("tool_calls")) if isinstance(message, dict) else None
-        if call is not None and made_up(self._plan, message.get("content"), *call):
+        self.stray = isinstance(message, dict) and stray_start(self._plan, message.get("content"),
+                                                               bool(message.get("tool_calls")), choice.get("finish_reason"))
+        if self.stray or (call is not None and made_up(self._plan, message.get("content"), *call)):
             usage = data.get("usage")
             self._spent = usage.get("completion_tokens", 0) if isinstance(usage, dict) else 0
             return True
@@ -136,11 +163,12 @@ class _Stream:
     """A streamed answer (server-sent events): passed on as it comes, except its first call when it
     opens the answer, held until complete and checked."""
 
-    PASS, HOLD, DROP = "pass", "hold", "drop"
+    PASS, HOLD, DROP, START = "pass", "hold", "drop", "start"
 
     def __init__(self, send: Callable, plan: ToolRequest):
         self._send, self._plan = send, plan
-        self._state = self.PASS
+        self._state = self.START if start_checked(plan) else self.PASS  # START: its first text may be a stray start
+        self.stray = False
         self._decided = False
         self._text = ""  # content before the first call
         self._name, self._arguments = "", ""
@@ -159,6 +187,8 @@ class _Stream:
         if not message.get("more_body"):
             if self._state == self.HOLD:
                 await self._decide()
+            elif self._state == self.START:
+                await self._release()
             if self._state != self.DROP:
                 await self._send({"type": "http.response.body", "body": b"", "more_body": False})
 
@@ -175,7 +205,7 @@ class _Stream:
             await self._read(data)
         if self._state == self.DROP:
             return
-        if self._state == self.HOLD:
+        if self._state in (self.HOLD, self.START):
             self._held.append(event)
             return
         await self._send({"type": "http.response.body", "body": event, "more_body": True})
@@ -186,10 +216,29 @@ class _Stream:
         if data == "[DONE]" or (isinstance(data, dict) and not data.get("choices")):
             if self._state == self.HOLD:
                 await self._decide()
+            elif self._state == self.START:
+                await self._release()
             return
         if choice is None:
             return
         delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        if self._state == self.START:
+            calls = delta.get("tool_calls")
+            if not calls:
+                self._text += delta.get("content") or ""
+            if calls or not may_start(self._plan, self._text):
+                await self._release()  # a call, or the model's own text: the answer goes on as it is
+                if not calls:
+                    self._decided = True  # text came first: no first call to check either
+                    return
+            elif choice.get("finish_reason"):
+                if stray_start(self._plan, self._text, False, choice.get("finish_reason")):
+                    self._state, self._held, self.stray = self.DROP, [], True
+                else:
+                    await self._release()
+                return
+            else:
+                return
         for call in delta.get("tool_calls") or ():
             index = call.get("index", 0) if isinstance(call, dict) else 0
             if index != 0:
@@ -208,6 +257,12 @@ class _Stream:
             self._text += delta.get("content") or ""
         if choice.get("finish_reason") and self._state == self.HOLD:
             await self._decide()
+
+    async def _release(self) -> None:
+        """The first text held as a possible stray start goes out: it was none."""
+        self._state, held, self._held = self.PASS, self._held, []
+        for event in held:
+            await self._send({"type": "http.response.body", "body": event, "more_body": True})
 
     async def _decide(self) -> None:
         self._decided = True

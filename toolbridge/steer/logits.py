@@ -67,6 +67,19 @@ def token_changes(steering: Steering | None, answer: Sequence[int], guard: CallG
     return changes, only
 
 
+def start_hold(steering: Steering, opened: str, going: Callable[[tuple[str, ...], str], tuple[int, ...]],
+               ends: Sequence[int]) -> Gated | None:
+    """For an engine that cannot take a token back (vLLM): while the answer's text from a position where
+    the bias favoured the call starts (`opened`) is a proper prefix of a call start, the answer goes on
+    with the start where the model's top token does so, and ends there where it would write anything
+    else (a start the bias chose, left half-written: the adapter's front asks again without the bias).
+    None once the start stands or has left every start (or the engine has no end tokens to hold to).
+    `going(texts, partial)`: the tokens that go on with a start (Vocabulary.start_going)."""
+    if not ends or steering.start_stands(opened) is not None:
+        return None
+    return Gated((*going(steering.texts, opened), *ends), ends)
+
+
 def start_marks(texts: Sequence[str], firsts: str) -> bytearray:
     """For each token id, 1 where its text (`texts[id]`) holds one of `firsts` (a guard's
     CallGuard.firsts): a call start can only begin in such a token. One more entry, 0, follows the

@@ -29,6 +29,7 @@ class Vocabulary:
         self._marks: Memo[bytearray] = Memo(16)
         self._endings: Memo[Ending] = Memo(16)
         self._markers: Memo[tuple[int, ...]] = Memo(16)
+        self._going: Memo[tuple[int, ...]] = Memo(64)
 
     @cached_property
     def texts(self) -> list[str]:
@@ -54,6 +55,19 @@ class Vocabulary:
     def marker(self, text: str) -> tuple[int, ...]:
         """A marker's tokens (a thinking block's close: every request's), encoded once."""
         return self._markers.get(text, lambda: tuple(self.encode(text)))
+
+    def start_going(self, texts: tuple[str, ...], partial: str) -> tuple[int, ...]:
+        """The tokens that go on with a call start (`texts`: the starts) after `partial`, a proper prefix
+        of one (spaces before it aside): the text they make is still a prefix of a start, or holds one
+        whole. Found once per starts and prefix (a scan of the vocabulary)."""
+        def find() -> tuple[int, ...]:
+            p = partial.lstrip(" ")
+            rests = [s.lstrip(" ")[len(p):] for s in texts if s.lstrip(" ").startswith(p)]
+            if not p:  # nothing but spaces yet: more spaces go on too
+                rests.append(" ")
+            return tuple(t for t, x in enumerate(self.texts)
+                         if x and any(r.startswith(x) or x.startswith(r) for r in rests if r))
+        return self._going.get((texts, partial), find)
 
     def marks(self, firsts: str) -> bytearray:
         """For each token id, 1 where its text holds one of `firsts` (a call start can only begin
