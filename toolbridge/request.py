@@ -227,12 +227,18 @@ class ToolRequest:
         f = self.decisions.formats
         return self.toolset.memo(("entries", self.dialect.name, f), lambda: entries(self.tools, self.dialect, f))
 
-    def steering(self, vocab: Vocabulary) -> Steering:
-        """The `auto` steering in a vocabulary's ids (toolbridge.steer.steering), kept with the tool set."""
+    def steering(self, vocab: Vocabulary, start_held: bool = True) -> Steering:
+        """The `auto` steering in a vocabulary's ids (toolbridge.steer.steering), kept with the tool set;
+        without the call starts' texts where a start the bias chose is not checked (`start_held` False)."""
         d = self.decisions
-        steering = self.toolset.memo(("steering", vocab.key, self.dialect.name, d.start_bias, d.next_bias),
-                                     lambda: Steering.for_dialect(self.dialect, vocab.encode, [t.name for t in self.tools],
-                                                                  start_bias=d.start_bias, next_bias=d.next_bias))
+
+        def build() -> Steering:
+            steering = Steering.for_dialect(self.dialect, vocab.encode, [t.name for t in self.tools],
+                                            start_bias=d.start_bias, next_bias=d.next_bias)
+            return steering if start_held else replace(steering, texts=())
+
+        steering = self.toolset.memo(("steering", vocab.key, self.dialect.name, d.start_bias, d.next_bias, start_held),
+                                     build)
         if not d.asked:
             return steering
         return replace(steering, asked=d.asked, again=d.again, enough=d.enough)
@@ -245,9 +251,7 @@ class ToolRequest:
         chose ends the answer where the model does not go on with it (the engine's front asks again:
         toolbridge.steer.logits.start_hold); else the steering carries no call starts' texts."""
         guard = self.call_guard()
-        steering = self.steering(vocab) if vocab is not None and self.steer else None
-        if steering is not None and not start_held:
-            steering = replace(steering, texts=())
+        steering = self.steering(vocab, start_held) if vocab is not None and self.steer else None
         end = None if vocab is None else ThinkingEnd.for_thinking(
             DEFAULT_THINKING, vocab.marker, self.decisions.thinking_budget, forced=self.force is not None)
         return to_args(steering, guard, end)
