@@ -542,3 +542,25 @@ def test_a_start_the_bias_favoured_goes_on_with_a_call_start_or_ends(where, kind
     logits = zeros(where, 1)
     p.apply(logits)
     assert bool(logits[0].isfinite().all())
+
+
+@pytest.mark.parametrize("dialect", ["tags", "json", "toolcall", "fenced", "react"])
+def test_in_every_dialect_a_favoured_start_left_for_other_text_ends_the_answer(dialect):
+    """The same hold for every dialect's call start and the bare JSON call, one character a token here:
+    after the start's first character, the start's next one keeps the answer going with it; any other top
+    token ends it."""
+    end = ID["~"]
+    s = Steering.for_dialect(get_dialect(dialect), ENCODE, TOOLS, start_bias=5.0)
+    for start in call_starts(get_dialect(dialect)):
+        first, going, other = ENCODE(start[0]), ENCODE(start[1])[0], ID["Q"]
+        for top, ends in ((going, False), (other, True)):
+            p, out = processor(), []
+            params = SimpleNamespace(extra_args=to_args(s, None), all_stop_token_ids=[end])
+            p.update_state(BatchUpdate(1, [], [(0, params, None, out)], []))
+            p.apply(zeros(("cpu", None), 1))
+            out += first
+            logits = zeros(("cpu", None), 1)
+            logits[0, top] = 3.0
+            p.apply(logits)
+            finite = {t for t in range(len(PIECES)) if logits[0, t] > -math.inf}
+            assert finite == {end} if ends else (top in finite and end in finite and len(finite) < len(PIECES))
