@@ -344,10 +344,7 @@ class Session:
                     yield out
                 if self.budget <= 0:
                     if mark is not None:  # cut inside the bias's start: it leaves no trace
-                        self.tokens = self.tokens[:mark.at]
-                        pending, nbytes, self.guard = mark.pending, mark.nbytes, mark.guard
-                        del ends[mark.ends:]
-                        decoder.setstate(mark.decoder)
+                        pending, nbytes = self._restore(mark, ends, decoder)
                     break
                 if limit is not None and len(self.tokens) - start >= limit:
                     self.ended = LIMIT
@@ -372,16 +369,22 @@ class Session:
         at `mark`; a fresh sampler for the phase, told the tokens before it, that samples the mark's
         position without the call starts' bias. What was generated still counts in usage. Returns
         the sampler, the tokens to evaluate (the cache's replay), the text held and its byte count."""
-        self.tokens = self.tokens[:mark.at]
-        self.guard = mark.guard
-        del ends[mark.ends:]
-        decoder.setstate(mark.decoder)
+        pending, nbytes = self._restore(mark, ends, decoder)
         sampler.close()
         fresh = Sampler(self.llama, self.sampling, (self.seed + self.phases - 1) % 2**32, grammar, self.steering,
                         self.start, self.guard, self.vocab)
         fresh.replay(self.tokens[start:])
         fresh.unbiased_at = mark.at
-        return fresh, reuse_cache(self.llama, self.tokens), mark.pending, mark.nbytes
+        return fresh, reuse_cache(self.llama, self.tokens), pending, nbytes
+
+    def _restore(self, mark: "_Mark", ends: list[int], decoder: Any) -> tuple[str, int]:
+        """The phase as it was at `mark`: the token list, the call guard's reading, the byte ends and the
+        decoder; returns the text held then and its byte count."""
+        self.tokens = self.tokens[:mark.at]
+        self.guard = mark.guard
+        del ends[mark.ends:]
+        decoder.setstate(mark.decoder)
+        return mark.pending, mark.nbytes
 
     def _at_line_start(self, pending: str, at: int, kept: list[str]) -> bool:
         before = (self.text + "".join(kept) + pending[:at]).rstrip(" \t")

@@ -188,7 +188,8 @@ class ToolRequest:
         chose was left half-written: toolbridge.steer.logits.start_hold); a bias against them stays."""
         d = self.decisions
         start = min(d.start_bias, 0.0)
-        return replace(self, decisions=replace(d, start_bias=start, steers=d.steers and bool(start or d.next_bias or d.asked)))
+        steers = d.steers and bool(start or d.next_bias or d.asked)
+        return replace(self, decisions=replace(d, start_bias=start, steers=steers))
 
     @property
     def steer(self) -> bool:
@@ -231,14 +232,12 @@ class ToolRequest:
         """The `auto` steering in a vocabulary's ids (toolbridge.steer.steering), kept with the tool set;
         without the call starts' texts where a start the bias chose is not checked (`start_held` False)."""
         d = self.decisions
-
-        def build() -> Steering:
-            steering = Steering.for_dialect(self.dialect, vocab.encode, [t.name for t in self.tools],
-                                            start_bias=d.start_bias, next_bias=d.next_bias)
-            return steering if start_held else replace(steering, texts=())
-
-        steering = self.toolset.memo(("steering", vocab.key, self.dialect.name, d.start_bias, d.next_bias, start_held),
-                                     build)
+        key = ("steering", vocab.key, self.dialect.name, d.start_bias, d.next_bias)
+        steering = self.toolset.memo(key, lambda: Steering.for_dialect(
+            self.dialect, vocab.encode, [t.name for t in self.tools], start_bias=d.start_bias, next_bias=d.next_bias))
+        if not start_held:
+            held = steering
+            steering = self.toolset.memo((*key, "unheld"), lambda: replace(held, texts=()))
         if not d.asked:
             return steering
         return replace(steering, asked=d.asked, again=d.again, enough=d.enough)

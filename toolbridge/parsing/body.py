@@ -11,6 +11,10 @@ from .callobj import CallObjectReader
 from ..dialects import BARE_JSON, FENCE, Dialect
 from ..lenient import WS, LenientReader
 
+# An answer that ends inside a call's start (`<tool_c`, `{"na`; cut by max_tokens, or ended there) shows none
+# of it: a start is no content. At least two characters of it, as one `<` or `{` also ends plain text.
+MIN_PARTIAL = 2
+
 # what the scanner is reading
 CONTENT, OPEN, JSON_BODY, AFTER, REACT, DISCARD = range(6)
 _LANG = re.compile(r"[A-Za-z0-9_-]*")  # a code fence's language tag
@@ -98,7 +102,7 @@ class BodyScanning:
         of `{"name": "`, and no more."""
         held = "".join(self.held).lstrip()
         opening = BARE_JSON.call[0]
-        return (self.mode == JSON_BODY and not self.body.committed and len(held) >= 2 and len(held) < len(opening)
+        return (self.mode == JSON_BODY and not self.body.committed and MIN_PARTIAL <= len(held) < len(opening)
                 and opening.startswith(held))
 
     def _drop_start(self) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Sequence
 
 from . import react
-from .body import AFTER, CONTENT, DISCARD, JSON_BODY, OPEN, REACT, BodyScanning
+from .body import AFTER, CONTENT, DISCARD, JSON_BODY, MIN_PARTIAL, OPEN, REACT, BodyScanning
 from .calls import CallBook
 from .callobj import CallObjectReader
 from ..dialects import Dialect
@@ -40,10 +40,7 @@ from .markers import K_END, K_LABEL, K_OPEN, K_STRAY, WAIT, ContentGuard, Marker
 from ..tools import ToolChoice, normalize_tools
 
 
-# An answer that ends inside a call's start (`<tool_c`, `{"na`; cut by max_tokens, or ended there) shows none
-# of it: a start is no content. At least two characters of it, as one `<` or `{` also ends plain text.
-PARTIAL = object()
-MIN_PARTIAL = 2
+PARTIAL = object()  # `_match`: the text ends inside a call's start marker (body.MIN_PARTIAL)
 
 
 class StreamParser(BodyScanning, react.ReactScanning):

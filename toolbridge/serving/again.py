@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ..constrain.grammar import call_starts
 from ..events import ToolCall
 from ..request import ToolRequest
+from ..steer.steering import start_state
 from .asgi import replay, with_body
 from .shape import parse_json as _json, sse_data as _sse_data, sse_events as _events
 
@@ -53,8 +54,7 @@ def start_checked(plan: ToolRequest | None) -> bool:
 def may_start(plan: ToolRequest, content: str | None) -> bool:
     """Whether an answer's text so far may still be a call start the bias chose: nothing but spaces, or
     a proper prefix of one of the plan's call starts."""
-    text = (content or "").strip()
-    return not text or any(s.startswith(text) and s != text for s in call_starts(plan.dialect))
+    return start_state((content or "").strip(), call_starts(plan.dialect)) is None
 
 
 def stray_start(plan: ToolRequest | None, content: str | None, called: bool, finish: Any) -> bool:

@@ -156,13 +156,9 @@ class Steering:
         return token != top and token in self.starts and any(t == token and c > 0 for t, c in changes)
 
     def start_stands(self, text: str) -> bool | None:
-        """Whether a start the bias chose stands, given the answer's text from that token on: True
-        once it holds a whole call start (a call follows), False once it has left every call start
-        (stray: it is taken back), None while it is a proper prefix of one. Spaces before count."""
-        t, starts = text.lstrip(" "), [s.lstrip(" ") for s in self.texts]
-        if any(t.startswith(s) for s in starts):
-            return True
-        return None if any(s.startswith(t) for s in starts) else False
+        """Whether a start the bias chose stands, given the answer's text from that token on
+        (`start_state` over the steering's call starts)."""
+        return start_state(text, self.texts)
 
     def after_call(self, called: Sequence[str], repeated: bool = False) -> list[tuple[int, float]]:
         """(token, logit change) for a token after an answer's calls (`called`: their names, in
@@ -208,6 +204,15 @@ class Steering:
                        texts=tuple(str(t) for t in data.get("texts") or ()))
         except (TypeError, ValueError):
             return None
+
+
+def start_state(text: str, starts: Sequence[str]) -> bool | None:
+    """Where a text stands against call starts: True once it holds a whole one (a call follows), False once
+    it has left every one (stray), None while it is empty or a proper prefix of one. Spaces before count."""
+    t, texts = text.lstrip(" "), [s.lstrip(" ") for s in starts]
+    if any(t.startswith(s) for s in texts):
+        return True
+    return None if any(s.startswith(t) for s in texts) else False
 
 
 def _paths(paths: Any) -> tuple[tuple[int, ...], ...]:
