@@ -8,13 +8,15 @@ this file.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import inspect
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Mapping, Sequence
 
 import llama_cpp
 import llama_cpp.llama_chat_format
 import numpy as np
 from llama_cpp._internals import LlamaSampler
+from llama_cpp.llama_tokenizer import LlamaTokenizer
 from llama_cpp.llama_grammar import (INVALID_RULE_CHARS_RE, JSON_GBNF, PRIMITIVE_RULES, RESERVED_NAMES,
                                      BuiltinRule, LlamaGrammar, SchemaConverter)
 
@@ -22,7 +24,7 @@ from toolbridge.engine import Vocabulary
 
 __all__ = ["INVALID_RULE_CHARS_RE", "JSON_GBNF", "PRIMITIVE_RULES", "RESERVED_NAMES", "BuiltinRule",
            "ConverterBase", "GrammarSampler", "LlamaGrammar", "LlamaSampler", "base_seed", "compiles",
-           "create_chat_completion", "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key",
+           "create_chat_completion", "detokenize", "grammar_text", "input_ids", "is_end_of_generation", "last_logits", "model_key",
            "reuse_cache", "sample_in_c", "sampler_chain", "token_text", "vocabulary"]
 
 
@@ -40,12 +42,32 @@ def vocabulary(llama: llama_cpp.Llama) -> Vocabulary:
         key = ("llama.cpp", *model_key(llama))
         vocab = Vocabulary(key,
                            lambda t: llama.tokenize(t.encode("utf-8"), add_bos=False, special=False),
-                           lambda t: llama.detokenize([t]).decode("utf-8", "replace"), llama.n_vocab())
+                           lambda t: detokenize(llama, (t,)).decode("utf-8", "replace"), llama.n_vocab())
         llama.__dict__[_VOCABULARY] = vocab
     return vocab
 
 
 _VOCABULARY = "_toolbridge_vocabulary"
+
+
+def detokenize(llama: llama_cpp.Llama, tokens: Sequence[int]) -> bytes:
+    """The bytes of generated tokens (special tokens have none), as `Llama.detokenize` gives them, but
+    whole: llama-cpp-python 0.3.36 reads each token's piece into a 32-byte buffer and drops a longer one
+    (a run of 32 spaces, a line of dashes: abetlen/llama-cpp-python#2362), where llama.cpp says the
+    size it needs and this reads it again. A tokenizer the server was given from Hugging Face decodes
+    by itself."""
+    if type(llama.tokenizer_) is not LlamaTokenizer:
+        return llama.detokenize(list(tokens))
+    vocab = llama._model.vocab
+    out = bytearray()
+    buf = ctypes.create_string_buffer(64)
+    for token in tokens:
+        n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+        out += buf.raw[:max(n, 0)]
+    return bytes(out)
 
 
 def token_text(llama: llama_cpp.Llama, token: int) -> str:

@@ -16,7 +16,6 @@ and nothing to change in the logits is one llama.cpp call.
 from __future__ import annotations
 
 import codecs
-import copy
 import ctypes
 import math
 import random
@@ -27,9 +26,9 @@ import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
-from toolbridge.engine import BAN, BadRequest, CallGuard, Steering, Vocabulary, token_changes, write
+from toolbridge.engine import BAN, AnswerRules, BadRequest, write
 
-from .compat import (GrammarSampler, base_seed, end_tokens, grammar_text, input_ids, is_end_of_generation,
+from .compat import (GrammarSampler, base_seed, detokenize, grammar_text, input_ids, is_end_of_generation,
                      last_logits, reuse_cache, sample_in_c, sampler_chain)
 from .interrupt import Interrupt
 
@@ -75,18 +74,12 @@ class Sampler:
     """One phase's sampling: the request's sampler chain, and its grammar checked sample-first."""
 
     def __init__(self, llama: llama_cpp.Llama, sampling: Sampling, seed: int, grammar: LlamaGrammar | None,
-                 steering: Steering | None, answer_start: int, guard: CallGuard | None = None,
-                 vocab: Vocabulary | None = None):
+                 rules: AnswerRules | None = None):
         self.llama = llama
         self.chain = sampler_chain(llama, sampling, seed, sampling.logit_bias)
         self.grammar = GrammarSampler(llama, *grammar_text(grammar)) if grammar is not None else None
         self.processors = sampling.processors
-        self.steering = steering
-        self.answer_start = answer_start
-        self.guard = guard
-        self.vocab = vocab  # the model's token tables, for the guard
-        self.ending = vocab.ending(guard.follow) if guard is not None and vocab is not None else None
-        self.ends = end_tokens(llama) if self.ending is not None else ()
+        self.rules = rules  # the answer's per-token rules (toolbridge.steer.rules), read by the session
         self.buf: np.ndarray | None = None
         self.unbiased_at = -1  # a position sampled again without the call starts' bias (Session.phase)
         self.chose_start = False  # the last token is a call start's first token the bias chose
@@ -104,20 +97,8 @@ class Sampler:
 
     def next(self, tokens: list[int]) -> int:
         """The next token after `tokens` (all evaluated), accepted by the chain and the grammar."""
-        steer, g, vocab = self.steering, self.guard, self.vocab
-        if steer is not None and len(tokens) - self.answer_start >= steer.horizon and g is None:
-            steer = None  # past its horizon, and no calls to follow
-        guarded = g is not None and vocab is not None
-        changes, only = token_changes(steer, tokens[self.answer_start:] if steer is not None else (),
-                                      g if guarded else None,
-                                      lambda: vocab.text(int(np.argmax(last_logits(self.llama)))),
-                                      vocab.closers if guarded else (), vocab.enders if guarded else (),
-                                      self.ending, self.ends)
-        raised = False
-        if steer is not None and steer.texts and changes:
-            if len(tokens) == self.unbiased_at:
-                changes = [(t, c) for t, c in changes if c <= 0 or t not in steer.starts]
-            raised = any(c > 0 and t in steer.starts for t, c in changes)
+        rules = self.rules
+        changes, only = rules.next(self._top_text, unbiased=len(tokens) == self.unbiased_at) if rules else ([], None)
         self.chose_start = False
         if self.grammar is None and not changes and only is None and not self.processors:
             return sample_in_c(self.llama, self.chain)
@@ -132,12 +113,16 @@ class Sampler:
             token = self._pick(logits, grammar_first=True)
             if not self._allowed(token, logits):  # the rules left the grammar nothing
                 token = self._grammar_top(last_logits(self.llama))
-        if raised:
-            self.chose_start = steer.bias_chose(token, int(np.argmax(last_logits(self.llama))), changes)
+        if changes:
+            self.chose_start = rules.chose(token, lambda: int(np.argmax(last_logits(self.llama))))
         llama_cpp.llama_sampler_accept(self.chain.sampler, token)
         if self.grammar is not None:
             llama_cpp.llama_sampler_accept(self.grammar.ptr, token)
         return token
+
+    def _top_text(self) -> str:
+        """The text of the model's highest-ranked next token, before any change (the guard asks)."""
+        return self.rules.vocab.text(int(np.argmax(last_logits(self.llama))))
 
     def _candidates(self, logits: np.ndarray) -> Any:
         """Every token with its logit, as llama.cpp's samplers take them (in one buffer, reused)."""
@@ -178,25 +163,22 @@ class Sampler:
 # as fast in steps of 64 as of 512 (docs/measurements.md), and a step takes a fraction of a second
 EVAL_STEP = 64
 
-# How a phase ended (LIMIT: the phase's own token limit).
-EOG, STOP, LENGTH, TRIGGER, LIMIT = "eog", "stop", "length", "trigger", "limit"
+# How a phase ended.
+EOG, STOP, LENGTH, TRIGGER = "eog", "stop", "length", "trigger"
 
 
 class Session:
     """One answer: the prompt, then everything generated or inserted, as one token list."""
 
     def __init__(self, llama: llama_cpp.Llama, prompt_text: str, prompt_tokens: Sequence[int], sampling: Sampling,
-                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str], steering: Steering | None = None,
-                 guard: CallGuard | None = None, vocab: Vocabulary | None = None,
+                 *, seed: int | None, max_tokens: int | None, stop: Sequence[str], rules: AnswerRules | None = None,
                  interrupt: Interrupt | None = None):
         self.llama = llama
         self.interrupt = interrupt  # checked before each evaluation: the answer ends when it is set
         self.prompt_text = prompt_text
         self.tokens = list(prompt_tokens)
         self.n_prompt = len(self.tokens)
-        self.steering = steering
-        self.guard = guard
-        self.vocab = vocab
+        self.rules = rules  # the answer's per-token rules (toolbridge.steer.rules): this loop drives them
         self.sampling = sampling
         n_ctx = llama.n_ctx()
         self.max_tokens = n_ctx - self.n_prompt if not max_tokens or max_tokens <= 0 else max_tokens
@@ -212,11 +194,11 @@ class Session:
 
     def again(self, held: Sequence[int]) -> Iterator[str]:
         """The answer generated anew from its start (after the prompt, and the thinking), without
-        steering or a call guard and with the tokens `held` banned at every step: its first call made
+        the answer's rules and with the tokens `held` banned at every step: its first call made
         its values up. What was generated before still counts in usage and against max_tokens."""
         self.tokens = self.tokens[:self.start]
         self.text = self.text[:self.text_start]
-        self.steering = self.guard = None
+        self.rules = None
         self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, BAN)})
         return self.phase()
 
@@ -239,21 +221,15 @@ class Session:
                 self.interrupt.check(self.completion_tokens)
             self.llama.eval(tokens[i:i + step])
 
-    def think(self, close: str, budget: int | None, forced: bool) -> Iterator[str]:
-        """The thinking the prompt opened, up to its `close` marker, with no steering, call guard or
-        trigger of a call; past `budget` tokens, or where the model ends inside it although the answer
-        must call (`forced`), the close marker is written for it. The answer starts after it."""
-        steering, guard = self.steering, self.guard
-        self.steering = self.guard = None
-        try:
-            yield from self.phase(triggers={close: False}, limit=budget)
-        finally:
-            self.steering, self.guard = steering, guard
-        if self.ended == LIMIT or (self.ended == EOG and forced):
-            yield from self.write(close)
-        if self.ended in (TRIGGER, LIMIT) or (self.ended == EOG and forced):
+    def think(self, close: str) -> Iterator[str]:
+        """The thinking the prompt opened, up to its `close` marker, with no trigger of a call; the rules
+        run its budget (past it, the marker is written for the model) and, where the answer must call,
+        hold back the end of the answer inside it. The answer starts after the marker."""
+        yield from self.phase(triggers={close: False})
+        if self.ended == TRIGGER:
             self.start, self.text_start = len(self.tokens), len(self.text)
-            self.ended = TRIGGER
+            if self.rules is not None:
+                self.rules.answer_starts()
 
     def write(self, text: str) -> Iterator[str]:
         """`text` written into the answer as if generated (counted as completion tokens)."""
@@ -264,9 +240,8 @@ class Session:
         yield text
 
     def phase(self, grammar: LlamaGrammar | None = None, triggers: Mapping[str, bool] | None = None,
-              stop: Sequence[str] = (), limit: int | None = None) -> Iterator[str]:
-        """Generate until end of generation, a stop string, the budget, `limit` tokens of this phase
-        (ended LIMIT), or one of `triggers` (text -> whether it counts only at a line's start); yield
+              stop: Sequence[str] = ()) -> Iterator[str]:
+        """Generate until end of generation, a stop string, the budget, or one of `triggers` (text -> whether it counts only at a line's start); yield
         the text as it becomes final (never a possible start of a stop string or trigger; `stop` adds
         stop strings for this phase). Sets `ended` (and `trigger`, the one found). On a trigger, the
         text up to and including it is kept and the token list is cut to match, ready for the next phase."""
@@ -276,8 +251,7 @@ class Session:
             self.ended = LENGTH
             return
         llama = self.llama
-        sampler = Sampler(llama, self.sampling, (self.seed + self.phases) % 2**32, grammar, self.steering,
-                          self.start, self.guard, self.vocab)
+        sampler = Sampler(llama, self.sampling, (self.seed + self.phases) % 2**32, grammar, self.rules)
         self.phases += 1
         watch = Watch(self.stop + [s for s in stop if s and s not in self.stop], triggers)
         start = len(self.tokens)
@@ -297,7 +271,7 @@ class Session:
                     self.interrupt.check(self.completion_tokens)
                 token = sampler.next(self.tokens)
                 if sampler.chose_start:
-                    mark = _Mark(len(self.tokens), pending, nbytes, len(ends), decoder.getstate(), copy.deepcopy(self.guard))
+                    mark = _Mark(len(self.tokens), pending, nbytes, len(ends), decoder.getstate(), self.rules.mark())
                 if is_end_of_generation(llama, token):
                     if mark is not None:  # ended inside the bias's start: taken back, sampled again
                         sampler, todo, pending, nbytes = self._take_back(mark, sampler, grammar, start, ends, decoder)
@@ -305,17 +279,17 @@ class Session:
                         continue
                     self.ended = EOG
                     break
-                piece = llama.detokenize([token], prev_tokens=self.tokens)
+                piece = detokenize(llama, (token,))
                 self.tokens.append(token)
                 self.completion_tokens += 1
                 nbytes += len(piece)
                 ends.append(nbytes)
                 text = decoder.decode(piece)
                 pending += text
-                if self.guard is not None:
-                    self.guard.feed(text)
+                if self.rules is not None:
+                    self.rules.read((token,), text)
                 if mark is not None:
-                    stands = self.steering.start_stands(pending[len(mark.pending):])
+                    stands = self.rules.start_stands(pending[len(mark.pending):])
                     if stands is False:  # the model did not go on with the bias's start: taken back
                         sampler, todo, pending, nbytes = self._take_back(mark, sampler, grammar, start, ends, decoder)
                         mark = None
@@ -346,9 +320,6 @@ class Session:
                     if mark is not None:  # cut inside the bias's start: it leaves no trace
                         pending, nbytes = self._restore(mark, ends, decoder)
                     break
-                if limit is not None and len(self.tokens) - start >= limit:
-                    self.ended = LIMIT
-                    break
                 todo = [token]
         finally:
             sampler.close()
@@ -371,17 +342,16 @@ class Session:
         the sampler, the tokens to evaluate (the cache's replay), the text held and its byte count."""
         pending, nbytes = self._restore(mark, ends, decoder)
         sampler.close()
-        fresh = Sampler(self.llama, self.sampling, (self.seed + self.phases - 1) % 2**32, grammar, self.steering,
-                        self.start, self.guard, self.vocab)
+        fresh = Sampler(self.llama, self.sampling, (self.seed + self.phases - 1) % 2**32, grammar, self.rules)
         fresh.replay(self.tokens[start:])
         fresh.unbiased_at = mark.at
         return fresh, reuse_cache(self.llama, self.tokens), pending, nbytes
 
     def _restore(self, mark: "_Mark", ends: list[int], decoder: Any) -> tuple[str, int]:
-        """The phase as it was at `mark`: the token list, the call guard's reading, the byte ends and the
+        """The phase as it was at `mark`: the token list, the rules' reading, the byte ends and the
         decoder; returns the text held then and its byte count."""
         self.tokens = self.tokens[:mark.at]
-        self.guard = mark.guard
+        self.rules.restore(mark.rules)
         del ends[mark.ends:]
         decoder.setstate(mark.decoder)
         return mark.pending, mark.nbytes
@@ -401,10 +371,12 @@ class Session:
         done = ends[k - 1] if k else 0
         rest = want[done:]
         tail = llama.tokenize(rest, add_bos=False, special=False) if rest else []
-        if llama.detokenize(tail) == rest:
+        if detokenize(llama, tail) == rest:
             self.tokens = self.tokens[:start + k] + tail
         else:  # tokenizers that prefix a space (SentencePiece): tokenize all the text instead
             self.tokens = llama.tokenize((self.prompt_text + self.text).encode("utf-8"), add_bos=False, special=True)
+        if self.rules is not None:
+            self.rules.retokenized(self.tokens[self.start:])
 
 
 @dataclass(frozen=True)
@@ -416,7 +388,7 @@ class _Mark:
     nbytes: int
     ends: int  # len(ends) before it
     decoder: Any  # the UTF-8 decoder's state
-    guard: CallGuard | None  # the call guard's reading before it
+    rules: AnswerRules  # the rules' reading before it
 
 
 class Watch:

@@ -23,6 +23,7 @@ from toolbridge.engine import (BUDGET_OPTION, BadRequest, CallEnd, CheckedReques
                                opened_by, plan, with_budget)
 
 from . import prompt
+from .compat import end_tokens
 from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, logit_bias_ids
 from .grammar import answer_grammar, constrains, entry_grammar, user_grammar
 from .interrupt import Interrupt, Interrupted, error_body, logged
@@ -97,8 +98,7 @@ def toolbridge_chat_handler(
     req, vocab, eos = p.req, p.model.vocab, p.model.eos
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])],
-                      steering=req.steering(vocab) if req.steer and p.entries else None,
-                      guard=req.call_guard(), vocab=vocab, interrupt=context.interrupt)
+                      rules=req.rules(vocab, end_tokens(llama), p.thinking), interrupt=context.interrupt)
     answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=p.thinking)
     if stream:
         return answer.chunks(bool((context.stream_options or {}).get("include_usage")))
@@ -182,7 +182,7 @@ class Answer:
     def _texts(self) -> Iterator[str]:
         s, req = self.session, self.req
         if self.thinking:  # the answer, its steering, triggers and grammar start after the thinking
-            yield from s.think(DEFAULT_THINKING.close, req.decisions.thinking_budget, forced=req.force is not None)
+            yield from s.think(DEFAULT_THINKING.close)
             if s.ended != TRIGGER:
                 return
         if not self.entries:
@@ -208,7 +208,7 @@ class Answer:
             if checked:  # held whole until its values are checked (toolbridge.steer.grounding)
                 text = "".join([*held, *call])
                 if s.ended == EOG and any(map(req.invented, req.parse(text).calls)):  # made up: answered anew
-                    yield from s.again(req.steering(s.vocab).openings)
+                    yield from s.again(req.steering(s.rules.vocab).openings)
                     return
                 yield text
             else:

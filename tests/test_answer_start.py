@@ -16,10 +16,13 @@ from servers import require
 require("llama_cpp")
 import llama_cpp  # noqa: E402
 
-from llamacpp_ext.compat import last_logits  # noqa: E402
+from llamacpp_ext.compat import end_tokens, last_logits, vocabulary  # noqa: E402
 from llamacpp_ext.generate import Sampling, Session  # noqa: E402
 from toolbridge.serving.models import gguf_path  # noqa: E402
+from toolbridge.steer.rules import AnswerRules  # noqa: E402
 from toolbridge.steer.steering import Steering  # noqa: E402
+from toolbridge.steer.thinking import ThinkingEnd  # noqa: E402
+from toolbridge.thinking import DEFAULT_THINKING  # noqa: E402
 
 PROMPT = "<|im_start|>user\nWrite two lines about autumn.<|im_end|>\n<|im_start|>assistant\n"
 THINKING = PROMPT + "<think>\n"
@@ -43,10 +46,12 @@ def tokens_of(llama, prompt: str) -> list[int]:
 def answer(llama, prompt: str, steering: Steering | None, max_tokens: int = 12, think: bool = False) -> tuple[str, int]:
     """The answer's text after the prompt (after a thinking of 6 tokens, where `think`), and the tokens
     generated in all."""
+    vocab = vocabulary(llama)
+    end = ThinkingEnd.for_thinking(DEFAULT_THINKING, vocab.marker, 6) if think else None
     s = Session(llama, prompt, tokens_of(llama, prompt), GREEDY, seed=0, max_tokens=max_tokens, stop=[],
-                steering=steering)
+                rules=AnswerRules(steering, None, vocab, end_tokens(llama), end))
     if think:
-        list(s.think("</think>", budget=6, forced=False))
+        list(s.think(DEFAULT_THINKING.close))
     text = "".join(s.phase(triggers={t: False for t in steering.texts} if steering else {}))
     return text, s.completion_tokens
 

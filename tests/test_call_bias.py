@@ -281,7 +281,7 @@ def test_only_what_may_start_a_call_is_decoded_and_rows_past_the_rules_are_dropp
     assert set(p._answers) == {0, 2} and set(p._watch) == {0} and set(p._ruled) == {2}
     outs[0] += ENCODE(" <tool_call>")
     p.apply(torch.zeros(3, len(PIECES)))
-    assert set(p._ruled) == {0, 2} and p._answers[0].guard.armed
+    assert set(p._ruled) == {0, 2} and p._answers[0].rules.guard.armed
 
 
 class Counting(Bias):
@@ -431,7 +431,7 @@ def test_a_change_on_a_closing_token_adds_up_as_on_the_host(top):
         base[1, ID[top]] = 20.0
         logits = base.clone()
         p.apply(logits)
-        assert p._ruled[1].guard.repeated and p._ruled[1].guard.decides_at
+        assert p._ruled[1].rules.guard.repeated and p._ruled[1].rules.guard.decides_at
         got.append(logits)
     assert torch.equal(got[0], got[1])
     closed = 5.5 if top == '",' else 0.0  # in a string a comma is the string's

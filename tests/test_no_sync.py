@@ -53,7 +53,7 @@ class Seen:
         monkeypatch.setattr(bias, "write", counting)
 
     def look(self, proc: bias.CallBias) -> None:
-        self.deciding += sum(a.guard is not None and a.guard.armed and a.guard.wants_top for a in proc._ruled.values())
+        self.deciding += sum(a.rules.decides_at is not None for a in proc._ruled.values())
 
 
 def run(requests: list[tuple[dict, str]], seen: Seen, steps: int | None = None) -> None:

@@ -10,10 +10,16 @@ from servers import require
 require("llama_cpp")
 import llama_cpp  # noqa: E402
 
+import itertools  # noqa: E402
+
 import llamacpp_ext.generate as generate  # noqa: E402
+import toolbridge.steer.rules as rules_module  # noqa: E402
 from llamacpp_ext.__main__ import default_model  # noqa: E402
+from llamacpp_ext.compat import end_tokens, vocabulary  # noqa: E402
 from toolbridge.dialects import get_dialect  # noqa: E402
+from toolbridge.steer.rules import AnswerRules  # noqa: E402
 from toolbridge.steer.steering import Steering  # noqa: E402
+from toolbridge.steer.thinking import ThinkingEnd  # noqa: E402
 from toolbridge.thinking import DEFAULT_THINKING  # noqa: E402
 
 PROMPT = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n<think>\n"
@@ -29,21 +35,24 @@ def test_the_start_bias_lands_on_the_first_token_after_the_thinking(llama, monke
     encode = lambda text: llama.tokenize(text.encode(), add_bos=False, special=False)  # noqa: E731
     steering = Steering.for_dialect(get_dialect("tags"), encode, ["get_weather"], start_bias=5.0)
     spoke: list[tuple[int, list]] = []  # (tokens so far, the changes the rule asked for)
-    rule = generate.token_changes
+    rule = rules_module.token_changes
 
     def recorded(steer, answer, *rest):
         changes, only = rule(steer, answer, *rest)
         spoke.append((len(session.tokens), changes))
         return changes, only
 
-    monkeypatch.setattr(generate, "token_changes", recorded)
+    monkeypatch.setattr(rules_module, "token_changes", recorded)
+    vocab = vocabulary(llama)
+    end = ThinkingEnd.for_thinking(DEFAULT_THINKING, vocab.marker, budget)
     session = generate.Session(llama, PROMPT, llama.tokenize(PROMPT.encode(), special=True),
-                               generate.Sampling(temp=0), seed=0, max_tokens=48, stop=[], steering=steering)
-    thought = "".join(session.think(DEFAULT_THINKING.close, budget, forced=False))
+                               generate.Sampling(temp=0), seed=0, max_tokens=48, stop=[],
+                               rules=AnswerRules(steering, None, vocab, end_tokens(llama), end))
+    thought = "".join(session.think(DEFAULT_THINKING.close))
     start = session.start
     assert thought.endswith(DEFAULT_THINKING.close) and start > session.n_prompt
     assert len(session.tokens[session.n_prompt:start]) <= budget + len(encode(DEFAULT_THINKING.close))
-    "".join(session.phase(limit=3))
+    "".join(itertools.islice(session.phase(), 3))
     inside = [c for n, c in spoke if n < start]
     first = [c for n, c in spoke if n == start]
     assert not any(inside)

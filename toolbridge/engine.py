@@ -35,6 +35,7 @@ from .steer.args import ARG, from_args, thinking_from_args, to_args
 from .steer.callguard import POINTS, CallGuard
 from .steer.ending import Ending
 from .steer.logits import Edit, start_hold, token_changes, write
+from .steer.rules import AnswerRules
 from .steer.steering import BAN, Steering
 from .steer.thinking import PROMPT_TAIL, ThinkingEnd
 from .steer.vocab import Vocabulary, hf_vocabulary
@@ -52,7 +53,7 @@ __all__ = [
     "Entry", "Frame", "MAX_WHITESPACE", "constrain", "engine_schema", "entries", "frames", "json_escape",
     "json_string", "resolve_ref", "separator",
     # steering
-    "ARG", "BAN", "CallGuard", "Edit", "Ending", "POINTS", "Steering", "Vocabulary", "from_args", "hf_vocabulary",
+    "ARG", "AnswerRules", "BAN", "CallGuard", "Edit", "Ending", "POINTS", "Steering", "Vocabulary", "from_args", "hf_vocabulary",
     "start_hold", "to_args", "token_changes", "write",
     # thinking
     "BUDGET_OPTION", "DEFAULT_THINKING", "EFFORT_BUDGETS", "PROMPT_TAIL", "ThinkingEnd", "opened_by",

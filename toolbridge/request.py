@@ -40,6 +40,7 @@ from .parsing.answer import ParseResult, TextOnly, parse
 from .steer.grounding import conversation_marks, invented
 from .steer.relevance import asked_for, own_words, tool_words, unrelated, user_words
 from .steer.args import to_args
+from .steer.rules import AnswerRules
 from .steer.steering import Steering
 from .steer.thinking import ThinkingEnd
 from .steer.vocab import Vocabulary
@@ -243,17 +244,29 @@ class ToolRequest:
         return replace(steering, asked=d.asked, again=d.again, enough=d.enough)
 
     def logit_args(self, vocab: Vocabulary | None, start_held: bool = False) -> dict:
-        """The answer's per-token rules for an engine's logits processor, packed as one argument
-        (toolbridge.steer.args): the call guard, and in a vocabulary's ids (where the engine's front
-        has one) the `auto` steering and, where the prompt opens a thinking block, its end (the
-        policy's budget; no end inside it where the answer must call). `start_held`: a start the bias
-        chose ends the answer where the model does not go on with it (the engine's front asks again:
-        toolbridge.steer.logits.start_hold); else the steering carries no call starts' texts."""
+        """The answer's per-token rules (`rules`) for an engine's logits processor, packed as one argument
+        (toolbridge.steer.args; the processor unpacks them, AnswerRules.unpack): the call guard, and in a
+        vocabulary's ids (where the engine's front has one) the `auto` steering and the end of a thinking
+        block the prompt may open. `start_held`: a start the bias chose ends the answer where the model
+        does not go on with it (the engine's front asks again: toolbridge.steer.logits.start_hold); else
+        the steering carries no call starts' texts."""
+        return to_args(*self._rule_parts(vocab, start_held))
+
+    def rules(self, vocab: Vocabulary, ends: Sequence[int], thinking: bool) -> AnswerRules:
+        """One answer's per-token rules (toolbridge.steer.rules), for an engine that runs them in its own
+        loop: the call guard, the `auto` steering, and where the prompt opened a thinking block
+        (`thinking`), its end: the policy's budget, and no end inside it where the answer must call
+        (`ends`: the engine's end tokens)."""
+        steering, guard, end = self._rule_parts(vocab, start_held=True)
+        return AnswerRules(steering, guard, vocab, ends, end if thinking else None)
+
+    def _rule_parts(self, vocab: Vocabulary | None, start_held: bool) -> tuple[Steering | None, CallGuard | None,
+                                                                                ThinkingEnd | None]:
         guard = self.call_guard()
         steering = self.steering(vocab, start_held) if vocab is not None and self.steer else None
         end = None if vocab is None else ThinkingEnd.for_thinking(
             DEFAULT_THINKING, vocab.marker, self.decisions.thinking_budget, forced=self.force is not None)
-        return to_args(steering, guard, end)
+        return steering, guard, end
 
     def call_guard(self) -> CallGuard | None:
         """A call guard for one answer (toolbridge.steer.callguard): read from the answer's start when the

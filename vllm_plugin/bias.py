@@ -1,5 +1,6 @@
-"""toolbridge's per-token logit rule (toolbridge.steer.logits.token_changes: the `auto` call steering and
-the guard of calls) as one vLLM batch logits processor.
+"""toolbridge's per-answer rules (toolbridge.steer.rules.AnswerRules, the object llama.cpp's session
+drives too: the thinking, the `auto` call steering, the guard of calls, the end after calls) run for
+every row of a batch, as one vLLM batch logits processor.
 
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
 `--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unsteered and
@@ -32,14 +33,8 @@ from typing import Any, Sequence
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from toolbridge.engine import (BAN, PROMPT_TAIL, Edit, Vocabulary, from_args, hf_vocabulary, start_hold,
-                               thinking_from_args, token_changes, write)
-from vllm_plugin.rows import NEVER, POINT, Answer, CloseTables, end_tokens
-
-
-def _unasked() -> str:
-    """The top token's text where the guard does not decide on it (CallGuard.wants_top): never read."""
-    return ""
+from toolbridge.engine import ARG, PROMPT_TAIL, AnswerRules, Edit, Vocabulary, hf_vocabulary, write
+from vllm_plugin.rows import NEVER, POINT, CloseTables, Row, end_tokens
 
 
 class CallBias(LogitsProcessor):
@@ -51,10 +46,10 @@ class CallBias(LogitsProcessor):
         self._model_config = getattr(vllm_config, "model_config", None)
         self._device = torch.device(device) if device is not None else torch.device("cpu")
         self._pin = bool(is_pin_memory) and self._device.type != "cpu"
-        self._answers: dict[int, Answer] = {}  # batch row -> its answer, while a rule may speak
-        self._thinking: dict[int, Answer] = {}  # ... while it thinks (the rules wait for its end)
-        self._watch: dict[int, Answer] = {}  # ... whose guard waits for a call start
-        self._ruled: dict[int, Answer] = {}  # ... which the rule may change at the next step
+        self._answers: dict[int, Row] = {}  # batch row -> its answer, while a rule may speak
+        self._thinking: dict[int, Row] = {}  # ... while it thinks (the rules wait for its end)
+        self._watch: dict[int, Row] = {}  # ... whose guard waits for a call start
+        self._ruled: dict[int, Row] = {}  # ... which the rules may change at the next step
         self._vocab: Vocabulary | None = None
         self._no_text = False  # no tokenizer could be loaded
         self._tables: dict[int, CloseTables] = {}  # the close tables, per logits width
@@ -88,35 +83,25 @@ class CallBias(LogitsProcessor):
         return True
 
     # -- the batch --------------------------------------------------------------------------------
-    def _new_answer(self, params: Any, prompt_ids: Sequence[int] | None, output_ids: list[int]) -> Answer | None:
+    def _new_answer(self, params: Any, prompt_ids: Sequence[int] | None, output_ids: list[int]) -> Row | None:
         # toolbridge's one argument (toolbridge.steer.args); one of nobody's making is ignored, never raises
         args = getattr(params, "extra_args", None)
-        steering, guard = from_args(args)
-        thinking = thinking_from_args(args)
-        if (guard is not None or thinking is not None) and not self._text_ready():
-            guard = thinking = None
-        if thinking is not None and not (prompt_ids and thinking.opened_by(self._vocab.join(
-                [t for t in prompt_ids[-PROMPT_TAIL:] if t >= 0]))):
-            thinking = None
-        if steering is None and guard is None and thinking is None:
+        if not isinstance(args, dict) or ARG not in args:
             return None
-        marks = b""
-        if guard is not None and not guard.armed:
-            marks = self._vocab.marks(guard.firsts)
-        ending = self._vocab.ending(guard.follow) if guard is not None else None
-        ends = end_tokens(params) if (ending is not None or (thinking is not None and thinking.forced)
-                                      or (steering is not None and steering.texts)) else ()
-        answer = Answer(output_ids, steering, guard, marks, ending, ends, thinking)
-        return answer if thinking is not None or answer.ruled or answer.watching else None
+        vocab = self._vocab if self._text_ready() else None
+        rules = AnswerRules.unpack(args, vocab, end_tokens(params), lambda: vocab.join(
+            [t for t in (prompt_ids or ())[-PROMPT_TAIL:] if t >= 0]))
+        return Row(output_ids, rules) if rules is not None and not rules.done else None
 
-    def _place(self, row: int, a: Answer) -> None:
-        """Enter an answer in the tables of what the rule does with it at the next step."""
-        if a.thinking is not None:
+    def _place(self, row: int, a: Row) -> None:
+        """Enter an answer in the tables of what the rules do with it at the next step."""
+        rules = a.rules
+        if rules.thinking is not None:
             self._thinking[row] = a
             return
-        if a.watching:
+        if rules.watching:
             self._watch[row] = a
-        if a.ruled:
+        if rules.ruled:
             self._ruled[row] = a
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
@@ -159,31 +144,23 @@ class CallBias(LogitsProcessor):
                 write(logits, edits, self._tensor)
             return logits
         vocab = self._vocab
-        closers, enders = (vocab.closers, vocab.enders) if vocab is not None else ((), ())
         asks: list[tuple[int, str]] = []  # rows whose guard decides on the model's top token, and where
         silent: list[int] = []
         for row, a in ruled.items():
-            guard = a.guard
-            if guard is not None and guard.armed:  # the guard reads its call's new text
-                if len(a.ids) > a.read:
-                    self._read(a)
-                if guard.close_bias:
-                    at = guard.decides_at
-                    if at is not None:
-                        asks.append((row, at))
-                        continue
-            elif len(a.ids) - a.start >= a.horizon and a.opened is None:  # no call started, steering has no more to say
+            a.catch_up()
+            rules = a.rules
+            if not rules.ruled:  # no call started, and steering has no more to say
                 silent.append(row)
                 continue
-            else:
-                guard = None
-            changes, only = token_changes(a.steering, a.answer, guard, _unasked, closers, enders, a.ending, a.ends)
-            if a.steering is not None and a.steering.texts:
-                only = self._start(a, changes, only)
+            at = rules.decides_at
+            if at is not None:
+                asks.append((row, at))
+                continue
+            changes, only = rules.next()
             if changes or only is not None:
                 edits.append((row, changes, only))
         for row in silent:
-            if not ruled.pop(row).watching:
+            if ruled.pop(row).rules.done:
                 del self._answers[row]
         if asks:
             asks.sort()
@@ -191,9 +168,7 @@ class CallBias(LogitsProcessor):
             if on_host:
                 rows = [row for row, _ in asks]
                 for row, top in zip(rows, self._top(logits, rows)):
-                    a = ruled[row]
-                    changes, only = token_changes(a.steering, a.answer, a.guard, lambda top=top: vocab.text(top),
-                                                  closers, enders, a.ending, a.ends)
+                    changes, only = ruled[row].rules.next(lambda top=top: vocab.text(top))
                     if changes or only is not None:
                         edits.append((row, changes, only))
             else:
@@ -202,87 +177,32 @@ class CallBias(LogitsProcessor):
             write(logits, edits, self._tensor)
         return logits
 
-    def _start(self, a: Answer, changes: list, only: Any) -> Any:
-        """A call start the bias favoured (toolbridge.steer.logits.start_hold): the position is noted where
-        the bias speaks; from the next step, while the text from there is an open call start, the answer
-        goes on with it where the model's top token does, else ends (the request check asks again
-        without the bias). A step whose last token vLLM has not filled in yet (-1) decides nothing."""
-        ids = a.ids
-        if a.opened is not None:
-            new = ids[a.opened:]
-            if new and new[-1] >= 0 and only is None:
-                text = "".join(map(self._vocab.text, new))  # from the table: a start's tokens are few
-                hold = start_hold(a.steering, text, self._vocab.start_going, a.ends)
-                if hold is None:
-                    a.opened = None
-                return hold
-            return only
-        if any(c > 0 and t in a.steering.starts for t, c in changes) and self._text_ready():
-            a.opened = len(ids)
-        return only
-
     def _think(self, edits: list[Edit]) -> None:
-        """Answers inside the thinking their prompt opened: each new token's text read for the close
-        marker; past the budget, the answer held to the marker's next token. Where the thinking ends,
-        the answer starts at the next token, and the rules take it from there."""
-        vocab = self._vocab
+        """Answers inside the thinking their prompt opened: past the budget, held to the close marker's
+        next token; where the answer must call, no end. Where the thinking ends, the answer starts at
+        the next token, and the other rules take it from there."""
         ended: list[int] = []
         for row, a in self._thinking.items():
-            thinking, ids = a.thinking, a.ids
-            while a.read < len(ids) and not thinking.closed:
-                token = ids[a.read]
-                a.read += 1
-                if token >= 0:
-                    thinking.feed(vocab.text(token))
-            if thinking.closed:
+            a.catch_up()
+            if a.rules.thinking is None:
                 ended.append(row)
                 continue
-            only = thinking.only()
-            unended = [(t, BAN) for t in a.ends] if thinking.forced and only is None else ()
-            if only is not None or unended:
-                edits.append((row, unended, only))
+            changes, only = a.rules.next()
+            if changes or only is not None:
+                edits.append((row, changes, only))
         for row in ended:
             a = self._thinking.pop(row)
-            a.thinking, a.start = None, a.read
-            if a.ruled or a.watching:
-                self._place(row, a)
-            else:
+            if a.rules.done:
                 del self._answers[row]
+            else:
+                self._place(row, a)
 
     def _look(self) -> None:
-        """`auto` answers before their first call: a look at each new token's id; its text is read
-        only where it may begin a call start, or one may be forming."""
-        armed: list[int] = []
-        for row, a in self._watch.items():
-            ids, read = a.ids, a.read
-            n = len(ids)
-            if n == read:
-                continue
-            if n == read + 1 and not a.forming:
-                token = ids[read]
-                if token < len(a.marks) and not a.marks[token]:  # a placeholder, -1, reads the last mark: 0
-                    a.read = n
-                    continue
-            self._read(a)
-            if a.guard.armed:
-                armed.append(row)
-            else:
-                a.forming = not a.guard.waiting
+        """`auto` answers before their first call: the rules read each new token (its text only where it
+        may begin a call start, or one may be forming); an answer whose call started goes to the rules."""
+        armed = [row for row, a in self._watch.items() if (a.catch_up(), not a.rules.watching)[1]]
         for row in armed:  # a call started: the guard speaks from this step on
             self._ruled[row] = self._watch.pop(row)
-
-    def _read(self, a: Answer) -> None:
-        """Feed the guard the text of the answer's tokens it has not read (what the engine has
-        not yet filled in, -1, has no text)."""
-        ids, read = a.ids, a.read
-        a.read = n = len(ids)
-        if n == read + 1:  # the usual step: one new token, its text from the table
-            if ids[read] >= 0:
-                a.guard.feed(self._vocab.text(ids[read]))
-            return
-        new = [t for t in ids[read:] if t >= 0]
-        if new:
-            a.guard.feed(self._vocab.text(new[0]) if len(new) == 1 else self._vocab.join(new))
 
     def _tensor(self, data: Sequence, dtype: torch.dtype = torch.long) -> torch.Tensor:
         t = torch.tensor(data, dtype=dtype, pin_memory=self._pin)
@@ -296,7 +216,6 @@ class CallBias(LogitsProcessor):
         it goes on (0 elsewhere). Nothing is read back. A token that also has another change this step
         (rare) gets both in one add, where(goes on, both, the other), as the host's sum."""
         vocab, ruled = self._vocab, self._ruled
-        closers, enders = vocab.closers, vocab.enders
         width = logits.shape[-1]
         tables = self._tables.get(width)
         if tables is None:
@@ -307,9 +226,9 @@ class CallBias(LogitsProcessor):
         biases: list[float] = []
         merged: list[tuple[int, int, int, float, float]] = []  # (of rows, going offset, token, add if on, if not)
         for row, at in asks:
-            a = ruled[row]
-            guard = a.guard
-            changes, only = token_changes(a.steering, a.answer, guard, _unasked, closers, enders, a.ending, a.ends)
+            rules = ruled[row].rules
+            guard = rules.guard
+            changes, only = rules.next()
             k = POINT[at]
             ends = tables.ends[k]
             if ends:  # else the close has nothing to add here

@@ -1,5 +1,5 @@
 """What vLLM's batch logits processor (vllm_plugin.bias.CallBias) keeps beside the batch: each row's
-answer, its rules and how far they have read it (`Answer`), and a vocabulary's argument-close tables on
+answer and its rules (`Row`), and a vocabulary's argument-close tables on
 the logits' device (`CloseTables`)."""
 from __future__ import annotations
 
@@ -7,44 +7,31 @@ from typing import Any
 
 import torch
 
-from toolbridge.engine import POINTS, CallGuard, Ending, Steering, ThinkingEnd, Vocabulary
+from toolbridge.engine import POINTS, AnswerRules, Vocabulary
 
 
-class Answer:
-    """One request's rules and how far its guard has read its output."""
+class Row:
+    """One batch row's answer: vLLM's own list of its output token ids, its rules (toolbridge.steer.rules),
+    and how many of the ids they have read."""
 
-    __slots__ = ("ids", "steering", "horizon", "guard", "read", "forming", "marks", "ending", "ends", "thinking",
-                 "start", "opened")
+    __slots__ = ("ids", "rules", "read")
 
-    def __init__(self, ids: list[int], steering: Steering | None, guard: CallGuard | None, marks: bytearray,
-                 ending: Ending | None = None, ends: tuple[int, ...] = (), thinking: ThinkingEnd | None = None):
-        self.ids = ids  # vLLM's own list of the request's output token ids (it appends to it)
-        self.thinking = thinking  # the thinking the prompt opened, until it ends
-        self.start = 0  # where the answer starts in `ids`: after the thinking
-        self.steering = steering
-        self.horizon = steering.horizon if steering is not None else 0
-        self.guard = guard
-        self.read = 0  # output tokens the guard has read
-        self.forming = False  # unarmed guard: a call start may be forming at the end of its text
-        self.marks = marks  # the tokens whose text may begin one of the guard's call starts
-        self.ending = ending  # what may follow a complete call, in the vocabulary's tokens (toolbridge.steer.ending)
-        self.ends = ends  # the request's end tokens (end of sequence, the model's other end-of-turn tokens)
-        self.opened: int | None = None  # where in `ids` the bias last favoured the call starts, while it may speak
+    def __init__(self, ids: list[int], rules: AnswerRules):
+        self.ids = ids  # vLLM appends to it, and completes it before logits processors run
+        self.rules = rules
+        self.read = 0
 
-    @property
-    def ruled(self) -> bool:
-        """Whether the rule may speak at this step: steering within its horizon, or an armed guard."""
-        return (len(self.ids) - self.start < self.horizon or (self.guard is not None and self.guard.armed)
-                or self.opened is not None)
-
-    @property
-    def answer(self) -> list[int]:
-        """The answer's tokens, as far as steering reads them (its horizon): after the thinking."""
-        return self.ids if not self.start else self.ids[self.start:self.start + self.horizon]
-
-    @property
-    def watching(self) -> bool:
-        return self.guard is not None and not self.guard.armed
+    def catch_up(self) -> None:
+        """The rules read the tokens vLLM added since the last step (one, usually)."""
+        ids, read = self.ids, self.read
+        n = len(ids)
+        if n == read:
+            return
+        self.read = n
+        if n == read + 1:
+            self.rules.read_one(ids[read])
+        else:
+            self.rules.read(ids[read:n])
 
 
 def end_tokens(params: Any) -> tuple[int, ...]:
