@@ -39,6 +39,6 @@ setup(
             "toolbridge-llamacpp=llamacpp_ext.__main__:main",
         ],
         "vllm.general_plugins": ["toolbridge=vllm_plugin:register"],
-        "vllm.logits_processors": ["toolbridge_call_bias=vllm_plugin.bias:CallBias"],
+        "vllm.logits_processors": ["toolbridge_rules=vllm_plugin.processor:RulesProcessor"],
     },
 )

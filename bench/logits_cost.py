@@ -3,7 +3,7 @@
 Prints, at batch 1, 16, 64 and 256, the microseconds per request-step and per batch step of:
 - `old`: the per-request processor this one replaced (kept below, as it was: a Python closure per
   request through vLLM's AdapterLogitsProcessor);
-- `new`: vllm_plugin.bias.CallBias, a batch LogitsProcessor;
+- `new`: vllm_plugin.processor.RulesProcessor, a batch LogitsProcessor;
 - `xgr`: xgrammar's own matcher for the same answers (GrammarMatcher.fill_next_token_bitmask +
   accept_token per request-step, on the structural tag the tool parser sets),
 for three answers with SmolLM2-135M-Instruct's real tokenizer and request arguments
@@ -53,7 +53,7 @@ from toolbridge.steer.args import from_args  # noqa: E402
 from toolbridge.steer.callguard import CallGuard, closers, enders  # noqa: E402
 from toolbridge.steer.steering import Steering  # noqa: E402
 from vllm_plugin import ToolbridgeToolParser  # noqa: E402
-from vllm_plugin.bias import CallBias  # noqa: E402
+from vllm_plugin.processor import RulesProcessor  # noqa: E402
 
 MODEL = Path.home() / ".cache" / "toolbridge" / "smollm2-135m-instruct-hf"
 BATCHES = (1, 16, 64, 256)
@@ -74,7 +74,7 @@ PROSE = ("Paris in spring is usually mild, with daytime temperatures between 12 
 
 
 class OldCallBias(AdapterLogitsProcessor):
-    """vllm_plugin/bias.py before the batch processor (git history), verbatim but for the
+    """vllm_plugin/processor.py before the batch processor (git history), verbatim but for the
     tokenizer, which it loads from here instead of a vLLM model config."""
 
     tokenizer: Any = None
@@ -135,7 +135,7 @@ def reference_step(steering: Steering | None, guard: CallGuard | None, output_id
     return read
 
 
-class NewCallBias(CallBias):
+class NewCallBias(RulesProcessor):
     tokenizer: Any = None
 
     def _load_tokenizer(self) -> Any:

@@ -10,7 +10,7 @@ across phases.
 Each step samples first and checks only the chosen token against the grammar, as llama.cpp's
 own server does: the grammar is applied to every candidate only when that token is rejected,
 which is rare while the model follows the call's format (llama-cpp-python's `Llama.generate`
-applies it to all 49,152 candidates of a SmolLM2 step, every step). A step with no grammar
+applies it to every candidate of every step; docs/llama-cpp.md has the cost). A step with no grammar
 and nothing to change in the logits is one llama.cpp call.
 """
 from __future__ import annotations
@@ -19,14 +19,14 @@ import codecs
 import ctypes
 import math
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import llama_cpp
 import numpy as np
 from llama_cpp import LlamaGrammar
 
-from toolbridge.engine import BAN, AnswerRules, BadRequest, write
+from toolbridge.engine import AnswerRules, BadRequest, write
 
 from .compat import (GrammarSampler, base_seed, detokenize, grammar_text, input_ids, is_end_of_generation,
                      last_logits, reuse_cache, sample_in_c, sampler_chain)
@@ -192,14 +192,13 @@ class Session:
         self.ended = ""
         self.trigger: str | None = None  # the trigger the last phase ended at
 
-    def again(self, held: Sequence[int]) -> Iterator[str]:
-        """The answer generated anew from its start (after the prompt, and the thinking), without
-        the answer's rules and with the tokens `held` banned at every step: its first call made
-        its values up. What was generated before still counts in usage and against max_tokens."""
+    def again(self, rules: AnswerRules) -> Iterator[str]:
+        """The answer generated anew from its start (after the prompt, and the thinking), under other
+        `rules` (its first call made its values up: the answer in text, ToolRequest.in_text). What was
+        generated before still counts in usage and against max_tokens."""
         self.tokens = self.tokens[:self.start]
         self.text = self.text[:self.text_start]
-        self.rules = None
-        self.sampling = replace(self.sampling, logit_bias={**self.sampling.logit_bias, **dict.fromkeys(held, BAN)})
+        self.rules = rules
         return self.phase()
 
     @property

@@ -99,7 +99,7 @@ def toolbridge_chat_handler(
     session = Session(llama, p.text, p.tokens, sampling, seed=seed, max_tokens=max_tokens,
                       stop=[*req.stop, *([eos] if eos else [])],
                       rules=req.rules(vocab, end_tokens(llama), p.thinking), interrupt=context.interrupt)
-    answer = Answer(session, req, p.grammar, p.entries, model or llama.model_path, thinking=p.thinking)
+    answer = Completion(session, req, p.grammar, p.entries, model or llama.model_path, thinking=p.thinking)
     if stream:
         return answer.chunks(bool((context.stream_options or {}).get("include_usage")))
     return answer.response()
@@ -165,7 +165,7 @@ def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_c
     return Prepared(model, req, answer_grammar(model, req, user), req.entries, bias, text, tokens, opened_by(text))
 
 
-class Answer:
+class Completion:
     """Generated text -> parser events -> an OpenAI response, or stream chunks."""
 
     def __init__(self, session: Session, req: ToolRequest, grammar: LlamaGrammar | None, lazy: list[Entry],
@@ -208,7 +208,7 @@ class Answer:
             if checked:  # held whole until its values are checked (toolbridge.steer.grounding)
                 text = "".join([*held, *call])
                 if s.ended == EOG and any(map(req.invented, req.parse(text).calls)):  # made up: answered anew
-                    yield from s.again(req.steering(s.rules.vocab).openings)
+                    yield from s.again(req.in_text().rules(s.rules.vocab, s.rules.ends, thinking=False))
                     return
                 yield text
             else:

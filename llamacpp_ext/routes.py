@@ -308,7 +308,7 @@ class _StreamRelay:
         self.stream = route.stream()
         self.status: int | None = None
         self.streaming = False
-        self.buffer = ""
+        self.pending = b""  # an event still coming
         self.error_chunks: list[bytes] = []
         self.failed = False  # an error chunk came
 
@@ -327,17 +327,9 @@ class _StreamRelay:
         if not self.streaming:
             self.error_chunks.append(message.get("body", b""))
             return
-        self.buffer += message.get("body", b"").decode("utf-8", "replace").replace("\r\n", "\n")
-        *complete, self.buffer = self.buffer.split("\n\n")
+        complete, self.pending = shape.sse_events(self.pending, {**message, "more_body": True})
         events: list[dict] = []
-        for block in complete:
-            data = "\n".join(line[5:].lstrip() for line in block.split("\n") if line.startswith("data:"))
-            if not data or data == "[DONE]":
-                continue
-            try:
-                chunk = json.loads(data)
-            except ValueError:
-                continue
+        for chunk in map(shape.sse_data, complete):
             if isinstance(chunk, dict) and isinstance(chunk.get("error"), dict):
                 self.failed = True
                 events += self.route.stream_error(self.stream, _status(chunk), chunk)
@@ -347,8 +339,8 @@ class _StreamRelay:
 
     async def _emit(self, events: list[dict]) -> None:
         if events:
-            text = "".join(f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events)
-            await self.downstream({"type": "http.response.body", "body": text.encode("utf-8"), "more_body": True})
+            body = b"".join(map(shape.sse_event, events))
+            await self.downstream({"type": "http.response.body", "body": body, "more_body": True})
 
     async def done(self) -> None:
         if not self.streaming:

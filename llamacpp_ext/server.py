@@ -5,8 +5,8 @@
   `interrupt_requests` false (a stream cut off by the next request would lose its calls),
   `logits_all` false (toolbridge returns no logprobs; the full logits copy costs memory and time),
   and per request `repeat_penalty` 1.0 as in upstream llama.cpp's server (llama-cpp-python's
-  1.1 penalizes the quotes, commas and braces JSON must repeat: bench/accuracy measured fewer
-  exactly right calls with it, docs/measurements.md);
+  1.1 penalizes the quotes, commas and braces JSON must repeat, so fewer calls come out exactly
+  right: docs/measurements.md);
 - a middleware checks chat requests before the route runs, so a bad body, bad fields (the
   stock request model's validation, and the OpenAI ranges it lacks: max_tokens >= 1,
   temperature 0-2, n 1, non-empty messages), bad tools, tool choices and tool messages answer
@@ -45,7 +45,8 @@ from llama_cpp.server.types import CreateChatCompletionRequest
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 from toolbridge.engine import check_environment
-from toolbridge.serving.asgi import CHAT_PATH, Passed, RequestCheck, check_request, send_json
+from toolbridge.serving.asgi import CHAT_PATH, CheckMiddleware, Passed, check_request, send_json
+from toolbridge.serving.shape import sse_data, sse_events
 
 from . import HANDLER_NAME, register
 from .compat import create_chat_completion
@@ -59,7 +60,7 @@ from .routes import AgentRoutes
 CONTEXT = "toolbridge_chat_context"  # the request state's key for the request's ChatContext
 
 
-class ToolbridgeMiddleware(RequestCheck):
+class ToolbridgeMiddleware(CheckMiddleware):
     """The core's request check, plus the stock request model's validation and the rewrites
     that make OpenAI clients' requests acceptable to it. The request's context (the checked tool
     fields, the fields the stock request model drops) goes on to the chat route in the request's
@@ -92,11 +93,11 @@ def first_event_error_as_answer(send: Callable) -> Callable:
         if message["type"] == "http.response.start":
             held.append(message)
             return
-        text = message.get("body", b"").decode("utf-8", "replace")
-        event = next((line[5:].strip() for line in text.splitlines() if line.startswith("data:")), None)
-        if event is None and message.get("more_body", False):
+        events, _ = sse_events(b"", message)
+        data = next((d for d in map(sse_data, events) if d is not None), None)
+        if data is None and message.get("more_body", False):
             return
-        error = _error_event(event)
+        error = data if isinstance(data, dict) and isinstance(data.get("error"), dict) else None
         if error is not None:
             state["dropped"] = True
             code = error["error"].get("code")
@@ -108,14 +109,6 @@ def first_event_error_as_answer(send: Callable) -> Callable:
         await send(message)
 
     return wrapped
-
-
-def _error_event(event: str | None) -> dict | None:
-    try:
-        data = json.loads(event) if event else None
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and isinstance(data.get("error"), dict) else None
 
 
 def _format_400(request: Any, match: re.Match) -> tuple[int, ErrorResponse]:

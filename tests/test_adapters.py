@@ -138,12 +138,12 @@ class ScriptedSession:
 def test_llamacpp_response_and_chunks_agree(choice, finish):
     require("llama_cpp")
     from llamacpp_ext.generate import EOG
-    from llamacpp_ext.handler import Answer
+    from llamacpp_ext.handler import Completion
 
     text = '<tool_call>{"name": "search", "arguments": {"query": "rain"}}</tool_call>'
     req = prepare(tools=[WEATHER, SEARCH], tool_choice=choice, messages=PARIS)
-    whole = Answer(ScriptedSession([text], EOG), req, None, [], "m").response()
-    chunks = list(Answer(ScriptedSession([text], EOG), req, None, [], "m").chunks(include_usage=True))
+    whole = Completion(ScriptedSession([text], EOG), req, None, [], "m").response()
+    chunks = list(Completion(ScriptedSession([text], EOG), req, None, [], "m").chunks(include_usage=True))
     assert chunks[0]["choices"][0]["delta"] == {"role": "assistant"}
     assert chunks[-2]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"] == finish
     assert chunks[-1]["usage"] == whole["usage"] and chunks[-1]["choices"] == []
@@ -157,10 +157,10 @@ def test_llamacpp_response_and_chunks_agree(choice, finish):
 def test_llamacpp_cut_off_call_comes_back_as_written_with_length():
     require("llama_cpp")
     from llamacpp_ext.generate import LENGTH
-    from llamacpp_ext.handler import Answer
+    from llamacpp_ext.handler import Completion
 
     req = prepare(tools=[WEATHER], tool_choice="required", messages=PARIS)
-    r = Answer(ScriptedSession(['<tool_call>{"name": "get_weather", "arguments": {"city": "Pa'], LENGTH),
+    r = Completion(ScriptedSession(['<tool_call>{"name": "get_weather", "arguments": {"city": "Pa'], LENGTH),
                req, None, [], "m").response()
     assert r["choices"][0]["finish_reason"] == "length"
     calls = r["choices"][0]["message"]["tool_calls"]
@@ -173,7 +173,7 @@ def guarded(body: bytes, guard_class=None) -> tuple[int, dict | None, bytes | No
     """(status, error body, what the app behind received) for one POST through the guard."""
     import asyncio
 
-    from toolbridge.serving.asgi import RequestCheck
+    from toolbridge.serving.asgi import CheckMiddleware
 
     seen: dict = {}
 
@@ -192,7 +192,7 @@ def guarded(body: bytes, guard_class=None) -> tuple[int, dict | None, bytes | No
         sent.append(message)
 
     scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    asyncio.run((guard_class or RequestCheck)(app)(scope, receive, send))
+    asyncio.run((guard_class or CheckMiddleware)(app)(scope, receive, send))
     status = sent[0]["status"]
     return status, json.loads(sent[1]["body"]) if status != 200 else None, seen.get("body")
 

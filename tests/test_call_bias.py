@@ -1,4 +1,4 @@
-"""vLLM's batch logits processor (vllm_plugin.bias.CallBias) against the per-request rule it replaced:
+"""vLLM's batch logits processor (vllm_plugin.processor.RulesProcessor) against the per-request rule it replaced:
 the same logits changes on the same answers, through vLLM's own interface (BatchUpdate: rows added,
 removed, moved, swapped), with a small tokenizer of its own (no model needed). On every device there
 is (the CPU, and CUDA where present), and on the CPU both ways of deciding the argument close: reading
@@ -28,7 +28,7 @@ from toolbridge.steer.callguard import POINTS, CallGuard, closers, enders  # noq
 from toolbridge.steer.logits import write  # noqa: E402
 from toolbridge.steer.vocab import hf_vocabulary  # noqa: E402
 from toolbridge.steer.steering import BAN, Steering  # noqa: E402
-from vllm_plugin.bias import CallBias  # noqa: E402
+from vllm_plugin.processor import RulesProcessor  # noqa: E402
 from bench.logits_cost import reference_step  # noqa: E402  (the old processor's rule, kept there verbatim)
 
 # A vocabulary of single characters and the merged pieces a real one has (`{"`, `",`, `<tool_`...).
@@ -65,7 +65,7 @@ ENCODE = TOK.encode
 COMMA, QUOTE_COMMA = ID[","], ID['",']
 
 
-class Bias(CallBias):
+class Bias(RulesProcessor):
     def _load_tokenizer(self):
         return TOK
 
@@ -88,7 +88,7 @@ def zeros(where, rows):
 
 
 class Reference:
-    """vllm_plugin/bias.py's per-request rule before the batch processor, one row at a time."""
+    """vllm_plugin/processor.py's per-request rule before the batch processor, one row at a time."""
 
     def __init__(self, args):
         self.steering, self.guard = from_args(args)
@@ -215,7 +215,7 @@ class Engine:
 
 
 def test_it_is_a_batch_processor_registered_under_its_name():
-    assert issubclass(CallBias, LogitsProcessor) and not CallBias(None, "cpu", False).is_argmax_invariant()
+    assert issubclass(RulesProcessor, LogitsProcessor) and not RulesProcessor(None, "cpu", False).is_argmax_invariant()
 
 
 @where

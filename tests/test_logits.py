@@ -56,7 +56,7 @@ def test_reading_text_at_once_is_reading_it_character_by_character(pieces):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(PIECES, max_size=40))
 def test_a_waiting_guard_may_skip_text_without_a_starts_first_character(pieces):
-    """What engines that read tokens do (vllm_plugin.bias): while `waiting`, text holding none of
+    """What engines that read tokens do (vllm_plugin.processor): while `waiting`, text holding none of
     `firsts` goes unread; the guard arms at the same text and reads the same call."""
     everything, skipping = CallGuard(STARTS, REQUIRED, 2.0), CallGuard(STARTS, REQUIRED, 2.0)
     for piece in pieces:

@@ -1,4 +1,4 @@
-"""vLLM's batch logits processor (vllm_plugin.bias.CallBias) never reads the logits back to the host.
+"""vLLM's batch logits processor (vllm_plugin.processor.RulesProcessor) never reads the logits back to the host.
 
 On a GPU any read back (`.tolist()`, `.item()`, `bool()`, a boolean-mask index, `nonzero`) waits for
 every piece of work queued ahead of it: the engine loses the overlap of its CPU work with the forward
@@ -19,7 +19,7 @@ require("vllm")
 import torch  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate  # noqa: E402
 
-import vllm_plugin.bias as bias  # noqa: E402
+import vllm_plugin.processor as processor  # noqa: E402
 from toolbridge.steer.callguard import CallGuard  # noqa: E402
 from toolbridge.dialects import get_dialect  # noqa: E402
 from toolbridge.steer.ending import Follow  # noqa: E402
@@ -44,15 +44,15 @@ class Seen:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.deciding = 0
         self.holds = 0
-        write = bias.write
+        write = processor.write
 
         def counting(logits, edits, array):
             self.holds += sum(only is not None for _, _, only in edits)
             return write(logits, edits, array)
 
-        monkeypatch.setattr(bias, "write", counting)
+        monkeypatch.setattr(processor, "write", counting)
 
-    def look(self, proc: bias.CallBias) -> None:
+    def look(self, proc: processor.RulesProcessor) -> None:
         self.deciding += sum(a.rules.decides_at is not None for a in proc._ruled.values())
 
 

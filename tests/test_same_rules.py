@@ -1,6 +1,6 @@
 """Both engines drive one rules object per answer (toolbridge.steer.rules.AnswerRules), so one token stream,
 fed as each adapter feeds it, gets the same decisions step for step: vLLM's batch logits processor
-(vllm_plugin.bias.CallBias.apply, one row) and llama.cpp's session (llamacpp_ext.generate.Session.think and
+(vllm_plugin.processor.RulesProcessor.apply, one row) and llama.cpp's session (llamacpp_ext.generate.Session.think and
 phase, its sampler's `next`) each make the rules from the request's plan their own way (packed into vLLM's
 request arguments; `ToolRequest.rules` on llama.cpp) and read the same tokens. The decisions: the answer's
 start (the start bias, after the thinking where there is one), the thinking's end (the budget's close
@@ -29,11 +29,13 @@ import torch  # noqa: E402
 from vllm.v1.sample.logits_processor import BatchUpdate  # noqa: E402
 
 import llamacpp_ext.generate as generate  # noqa: E402
-import vllm_plugin.bias as bias  # noqa: E402
-from llamacpp_ext.compat import end_tokens, vocabulary  # noqa: E402
+import vllm_plugin.processor as processor  # noqa: E402
+from llamacpp_ext.compat import detokenize, end_tokens, vocabulary  # noqa: E402
 from toolbridge.request import prepare  # noqa: E402
 from toolbridge.serving.models import gguf_path  # noqa: E402
 from toolbridge.steer.logits import Gated  # noqa: E402
+from toolbridge.steer.rules import AnswerRules  # noqa: E402
+from toolbridge.steer.steering import BAN  # noqa: E402
 from toolbridge.steer.vocab import hf_vocabulary  # noqa: E402
 from toolbridge.thinking import DEFAULT_THINKING  # noqa: E402
 
@@ -78,7 +80,7 @@ def decision(changes, only) -> tuple:
 def vllm_decisions(monkeypatch, tokenizer, req, prompt: str, stream: list[int], ends: tuple[int, ...]) -> list:
     """Each step's decision of vLLM's processor for one row writing `stream`, and whether that row's start
     was undecided at it."""
-    class Processor(bias.CallBias):
+    class Processor(processor.RulesProcessor):
         def _load_tokenizer(self):
             return tokenizer
 
@@ -90,8 +92,8 @@ def vllm_decisions(monkeypatch, tokenizer, req, prompt: str, stream: list[int], 
         steps[-1] = decision(*next(((c, o) for r, c, o in edits if r == 0), ([], None)))
         return write(logits, edits, array)
 
-    write = bias.write
-    monkeypatch.setattr(bias, "write", recorded)
+    write = processor.write
+    monkeypatch.setattr(processor, "write", recorded)
     params = SimpleNamespace(extra_args=req.logit_args(vocab, start_held=True), all_stop_token_ids=list(ends))
     out: list[int] = []
     proc.update_state(BatchUpdate(1, [], [(0, params, tokenizer.encode(prompt, add_special_tokens=False), out)], []))
@@ -179,3 +181,34 @@ def test_one_token_stream_gets_the_same_decisions_on_both_engines(monkeypatch, l
         assert held and held[0] == first + 1  # the call start the start bias chose, from its second token
     else:
         assert not held and not on_llamacpp[first][0]
+
+
+def test_both_engines_read_the_same_text_for_every_token(llama, tokenizer):
+    """The rules read each token's text from their engine's vocabulary: llama.cpp's (`llama_token_to_piece`,
+    read whole: llama-cpp-python's own detokenize drops a piece over 32 bytes) and vLLM's (the Hugging Face
+    tokenizer's) agree on every token but the special ones, which have no text in an answer on llama.cpp."""
+    ours, theirs = vocabulary(llama).texts, hf_vocabulary(tokenizer).texts
+    special = {t for t, added in tokenizer.added_tokens_decoder.items() if added.special}
+    differ = [t for t in range(len(theirs)) if ours[t] != theirs[t] and t not in special]
+    assert len(ours) == len(theirs) and not differ, [(t, ours[t], theirs[t]) for t in differ[:5]]
+    long = "def f():\n" + " " * 64 + "return 1\n" + "-" * 64
+    tokens = llama.tokenize(long.encode(), add_bos=False, special=False)
+    assert detokenize(llama, tokens).decode() == long
+
+
+def test_an_answer_asked_again_in_text_has_every_call_opening_banned_at_every_step_on_both_engines(llama, tokenizer):
+    """A first call that made its values up is answered again in text (ToolRequest.in_text): on both engines
+    the same rules object bans every call opening at every step, with no steering and no call guard."""
+    req = plan("auto", None)
+    ends = end_tokens(llama)
+    openings = req.steering(vocabulary(llama)).openings
+    assert openings == req.steering(hf_vocabulary(tokenizer)).openings
+    on_llamacpp = req.in_text().rules(vocabulary(llama), ends, thinking=False)
+    on_vllm = AnswerRules.unpack(req.in_text().logit_args(hf_vocabulary(tokenizer)), hf_vocabulary(tokenizer), ends,
+                                 lambda: "")
+    for rules in (on_llamacpp, on_vllm):
+        assert rules.steering is None and rules.guard is None and rules.ruled
+        for token in tokenizer.encode('Sure: {"a": 1} and <tool_call> as text.', add_special_tokens=False):
+            changes, only = rules.next()
+            assert sorted(changes) == sorted((t, BAN) for t in openings) and only is None
+            rules.read_one(token)

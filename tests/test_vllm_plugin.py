@@ -146,15 +146,15 @@ def test_stop_strings_that_no_call_contains_are_kept():
 
 
 def test_the_logits_processor_loads_by_name_and_by_entry_point_as_a_batch_processor():
-    """`--logits-processors vllm_plugin.bias:CallBias` and the installed `vllm.logits_processors`
+    """`--logits-processors vllm_plugin.processor:RulesProcessor` and the installed `vllm.logits_processors`
     entry point both give vLLM the batch processor (not a per-request adapter)."""
     from vllm.v1.sample.logits_processor import (AdapterLogitsProcessor, LogitsProcessor,
                                                  _load_logitsprocs_by_fqcns, _load_logitsprocs_plugins)
 
-    from vllm_plugin.bias import CallBias
-    assert _load_logitsprocs_by_fqcns(["vllm_plugin.bias:CallBias"]) == [CallBias]
-    assert CallBias in _load_logitsprocs_plugins()
-    assert issubclass(CallBias, LogitsProcessor) and not issubclass(CallBias, AdapterLogitsProcessor)
+    from vllm_plugin.processor import RulesProcessor
+    assert _load_logitsprocs_by_fqcns(["vllm_plugin.processor:RulesProcessor"]) == [RulesProcessor]
+    assert RulesProcessor in _load_logitsprocs_plugins()
+    assert issubclass(RulesProcessor, LogitsProcessor) and not issubclass(RulesProcessor, AdapterLogitsProcessor)
 
 
 def test_one_plan_per_request(monkeypatch):
@@ -267,8 +267,6 @@ def test_the_plugin_puts_its_request_check_in_front_of_every_app_once():
     assert plain[0] == ours and plain.count(ours) == 1, plain
     flagged = middleware_of_a_built_app(ours)
     assert flagged.count(ours) == 1, flagged
-    renamed = middleware_of_a_built_app("vllm_plugin.middleware.RequestGuard")
-    assert sum(m.startswith("vllm_plugin.middleware.") for m in renamed) == 1, renamed
 
 
 def app_built_with_template(template: str, env: dict) -> subprocess.CompletedProcess:

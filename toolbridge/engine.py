@@ -6,10 +6,12 @@ An adapter makes a request's plan once (`check` and `plan`, or `prepare`: a `Too
 `BadRequest`; the options as the server started, `check_environment`) and translates it into its
 engine's terms: the prompt (the stock template `wrap`ped and `compile_template`d, the plan's
 `tools_instruction`), the stops, the triggers and call frames its grammar or structural tag is made of
-(`Entry`, `entries`, `Frame`, `frames`, `separator`, `constrain` for the fallback), the steering and the
-call guard over the engine's `Vocabulary` (`Steering`, `CallGuard`, `Ending`, applied to logits with
-`token_changes` and `write`, or packed for a logits processor with `to_args` / `from_args`), and the
-thinking (`opened_by`, `with_budget`, `ThinkingEnd`). The answer is read back by the plan's parser,
+(`Entry`, `entries`, `Frame`, `frames`, `separator`, `constrain` for the fallback), and the answer's
+per-token rules over the engine's `Vocabulary`: one `AnswerRules` per answer (the thinking, the steering,
+the call guard, the end after calls), made by the plan (`ToolRequest.rules`, or packed for a logits
+processor by `ToolRequest.logit_args` and unpacked by `AnswerRules.unpack`), which the engine's loop feeds
+the tokens it generated and asks for the next token's changes, written into its logits with `write`. The
+thinking's prompt side is `opened_by` and `with_budget`. The answer is read back by the plan's parser,
 behind `ThinkingSplit`, into events (`collect`, or `delta` for a stream, `message` for a whole answer;
 `text_only` where the answer is plain text). The server side (request checks, API shapes) is
 toolbridge.serving and toolbridge.apis.
@@ -31,12 +33,10 @@ from .prompt.render import compile_template, tools_instruction
 from .request import (LAZY, PLAIN, STRICT, USER, CheckedRequest, ToolRequest, ToolSet, check, plan, prepare,
                       text_only)
 from .schema import engine_schema, resolve_ref
-from .steer.args import ARG, from_args, thinking_from_args, to_args
-from .steer.callguard import POINTS, CallGuard
-from .steer.ending import Ending
-from .steer.logits import Edit, start_hold, token_changes, write
+from .steer.args import ARG
+from .steer.callguard import POINTS
+from .steer.logits import Edit, write
 from .steer.rules import AnswerRules
-from .steer.steering import BAN, Steering
 from .steer.thinking import PROMPT_TAIL, ThinkingEnd
 from .steer.vocab import Vocabulary, hf_vocabulary
 from .thinking import BUDGET_OPTION, DEFAULT_THINKING, EFFORT_BUDGETS, opened_by, with_budget
@@ -53,11 +53,9 @@ __all__ = [
     "Entry", "Frame", "MAX_WHITESPACE", "constrain", "engine_schema", "entries", "frames", "json_escape",
     "json_string", "resolve_ref", "separator",
     # steering
-    "ARG", "AnswerRules", "BAN", "CallGuard", "Edit", "Ending", "POINTS", "Steering", "Vocabulary", "from_args", "hf_vocabulary",
-    "start_hold", "to_args", "token_changes", "write",
+    "ARG", "AnswerRules", "Edit", "POINTS", "Vocabulary", "hf_vocabulary", "write",
     # thinking
-    "BUDGET_OPTION", "DEFAULT_THINKING", "EFFORT_BUDGETS", "PROMPT_TAIL", "ThinkingEnd", "opened_by",
-    "thinking_from_args", "with_budget",
+    "BUDGET_OPTION", "DEFAULT_THINKING", "EFFORT_BUDGETS", "PROMPT_TAIL", "ThinkingEnd", "opened_by", "with_budget",
     # the answer
     "ANSWER", "CallArgs", "CallEnd", "CallStart", "Content", "Event", "PlainText", "Reasoning", "ThinkingSplit",
     "StreamParser", "ToolCall", "collect", "delta", "message", "text_only",

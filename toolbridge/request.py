@@ -184,6 +184,11 @@ class ToolRequest:
             return ()
         return invented(arguments, tool.parameters, self.checked.seen)
 
+    def in_text(self) -> "ToolRequest":
+        """The plan for this answer asked again in text (its first call made its values up:
+        toolbridge.steer.grounding): no steering or call guard, every call opening banned at every step."""
+        return replace(self, decisions=replace(self.decisions, steers=False, in_text=True))
+
     def unbiased_start(self) -> "ToolRequest":
         """The plan for this answer asked again without the start bias toward calls (a start the bias
         chose was left half-written: toolbridge.steer.logits.start_hold); a bias against them stays."""
@@ -256,17 +261,19 @@ class ToolRequest:
         """One answer's per-token rules (toolbridge.steer.rules), for an engine that runs them in its own
         loop: the call guard, the `auto` steering, and where the prompt opened a thinking block
         (`thinking`), its end: the policy's budget, and no end inside it where the answer must call
-        (`ends`: the engine's end tokens)."""
-        steering, guard, end = self._rule_parts(vocab, start_held=True)
-        return AnswerRules(steering, guard, vocab, ends, end if thinking else None)
+        (`ends`: the engine's end tokens); an answer asked again in text (`in_text`), its bans."""
+        steering, guard, end, banned = self._rule_parts(vocab, start_held=True)
+        return AnswerRules(steering, guard, vocab, ends, end if thinking else None, banned)
 
-    def _rule_parts(self, vocab: Vocabulary | None, start_held: bool) -> tuple[Steering | None, CallGuard | None,
-                                                                                ThinkingEnd | None]:
+    def _rule_parts(self, vocab: Vocabulary | None, start_held: bool) -> tuple[
+            Steering | None, CallGuard | None, ThinkingEnd | None, tuple[int, ...]]:
+        if self.decisions.in_text:
+            return None, None, None, self.steering(vocab).openings if vocab is not None else ()
         guard = self.call_guard()
         steering = self.steering(vocab, start_held) if vocab is not None and self.steer else None
         end = None if vocab is None else ThinkingEnd.for_thinking(
             DEFAULT_THINKING, vocab.marker, self.decisions.thinking_budget, forced=self.force is not None)
-        return steering, guard, end
+        return steering, guard, end, ()
 
     def call_guard(self) -> CallGuard | None:
         """A call guard for one answer (toolbridge.steer.callguard): read from the answer's start when the

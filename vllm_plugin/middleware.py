@@ -16,8 +16,7 @@ app is built, the served chat template is checked against the settings too (`che
   out here). So is an answer the logits processor ended inside a call start the bias chose (the
   model went on with something else: toolbridge.steer.logits.start_hold), without the start bias.
 
-The parser works without it; it only changes those answers. `RequestGuard` is the name it had
-before, kept for existing command lines."""
+The parser works without it; it only changes those answers."""
 from __future__ import annotations
 
 import json
@@ -30,7 +29,7 @@ from typing import Any, Callable
 from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, check_environment, read_stock, renders_tools,
                                served_dialect)
 from toolbridge.serving import again, cut
-from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, Passed, RequestCheck as _Check
+from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, CheckMiddleware, Passed
 from toolbridge.serving.shape import CHAT, MESSAGES
 from vllm_plugin.constraint import planned, user_constraint
 
@@ -42,7 +41,7 @@ WATCHED = 3  # the first answer, whose start the check watches: one the bias cho
 USAGE_ASKED = "toolbridge_usage_asked"  # scope state: the client asked for a streamed chat answer's usage
 
 
-class RequestCheck(_Check):
+class RequestCheck(CheckMiddleware):
     """The request check; `tool_trained`: the served model's own template renders tools (the
     plan's defaults differ for it, toolbridge.options.PROFILES), as the parser finds from the tokenizer."""
 
@@ -106,7 +105,6 @@ def _marked(data: dict, how: int) -> bytes:
     return json.dumps({**data, "vllm_xargs": {**xargs, AGAIN: how}}).encode("utf-8")
 
 
-RequestGuard = RequestCheck
 
 
 def install() -> bool:
@@ -127,7 +125,7 @@ def install() -> bool:
         check_template(args)
         builder(args, app, *rest, **kw)
         trained = tool_trained(args)
-        named = [m for m in app.user_middleware if isinstance(m.cls, type) and issubclass(m.cls, _Check)]
+        named = [m for m in app.user_middleware if isinstance(m.cls, type) and issubclass(m.cls, CheckMiddleware)]
         for m in named:  # `--middleware` named it: vLLM built it without what the plugin knows
             if issubclass(m.cls, RequestCheck):
                 m.kwargs["tool_trained"] = trained
@@ -202,4 +200,4 @@ def _is_dir(text: str) -> bool:
         return False
 
 
-__all__ = ["AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "RequestCheck", "RequestGuard", "install", "check_template", "tool_trained"]
+__all__ = ["AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "RequestCheck", "install", "check_template", "tool_trained"]

@@ -1,4 +1,4 @@
-"""What vLLM's batch logits processor (vllm_plugin.bias.CallBias) keeps beside the batch: each row's
+"""What vLLM's batch logits processor (vllm_plugin.processor.RulesProcessor) keeps beside the batch: each row's
 answer and its rules (`Row`), and a vocabulary's argument-close tables on
 the logits' device (`CloseTables`)."""
 from __future__ import annotations

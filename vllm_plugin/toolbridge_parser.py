@@ -74,10 +74,8 @@ class ToolbridgeToolParser(ToolParser):
         request.vllm_xargs = {k: v for k, v in sent.items() if k not in (ARG, AGAIN)}  # the rules' and the check's
         vocab = hf_vocabulary(self.model_tokenizer) if self.model_tokenizer is not None else None
         how = sent.get(AGAIN)
-        if how == IN_TEXT:  # the request check asks for this answer again, in text: every call opening held back
-            if vocab is not None:
-                held = dict.fromkeys((str(t) for t in req.steering(vocab).openings), -100.0)
-                request.logit_bias = {**(getattr(request, "logit_bias", None) or {}), **held}
+        if how == IN_TEXT:  # the request check asks for this answer again, in text: every call opening banned
+            request.vllm_xargs.update(req.in_text().logit_args(vocab))
             return request
         if how == UNBIASED:  # ... without the start bias: the start it chose was left half-written
             req = req.unbiased_start()

@@ -18,7 +18,7 @@ from ..thinking import DEFAULT_THINKING, Thinking
 BEFORE, INSIDE, ANSWER = range(3)
 
 
-class Answer(Protocol):
+class AnswerParser(Protocol):
     def feed(self, delta: str) -> list[Event]: ...
 
     def finish(self) -> list[Event]: ...
@@ -37,7 +37,7 @@ class PlainText:
 class ThinkingSplit:
     """Feed deltas, get events; call `finish` when the text ends (the answer parser's interface)."""
 
-    def __init__(self, answer: Answer, thinking: Thinking = DEFAULT_THINKING, opened: bool = False):
+    def __init__(self, answer: AnswerParser, thinking: Thinking = DEFAULT_THINKING, opened: bool = False):
         self.answer, self.thinking = answer, thinking
         self.state = INSIDE if opened else BEFORE
         self.pending = ""

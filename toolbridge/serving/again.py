@@ -24,7 +24,7 @@ from ..events import ToolCall
 from ..request import ToolRequest
 from ..steer.steering import start_state
 from .asgi import replay, with_body
-from .shape import parse_json as _json, sse_data as _sse_data, sse_events as _events
+from .shape import parse_json as _json, sse_chunk, sse_data as _sse_data, sse_events as _events
 
 
 @dataclass(frozen=True)
@@ -301,4 +301,4 @@ class _Stream:
         if self._id:
             data["id"] = self._id
         _add_usage(data.get("usage"), self._spent)
-        return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
+        return sse_chunk(data)

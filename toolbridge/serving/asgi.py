@@ -103,7 +103,7 @@ def _list(value: Any) -> list:
     return value if isinstance(value, list) else []
 
 
-class RequestCheck:
+class CheckMiddleware:
     """Pure ASGI middleware for POST .../chat/completions. Subclasses add engine checks and
     rewrites in `check` (return True when `data` was changed, or a `Passed`) and may wrap `send`."""
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .shape import CHAT, MESSAGES, parse_json, sse_data, sse_event, sse_events
+from .shape import CHAT, MESSAGES, parse_json, sse_chunk, sse_data, sse_event, sse_events
 
 # per API: the field that says why the answer ended, what says "it called", what says "it was cut",
 # and the usage field that counts its tokens
@@ -137,5 +137,5 @@ class CutAnswer:
         data = sse_data(event)
         if not isinstance(data, dict) or not self._mark(data.get("choices") or ()):
             return event
-        return b"data: " + json.dumps(data).encode("utf-8") + b"\n\n"
+        return sse_chunk(data)
 

@@ -66,9 +66,10 @@ def error_body(api: str, status: int, data: Any) -> dict:
 
 
 def sse_events(pending: bytes, message: dict) -> tuple[list[bytes], bytes]:
-    """The complete server-sent events (separator kept) of what has come so far with this body
-    message, and what is left of an event still coming; at the body's end, that rest is an event."""
-    *events, rest = (pending + message.get("body", b"")).split(b"\n\n")
+    """The complete server-sent events (separator kept, lines ended by \\n) of what has come so far with
+    this body message, and what is left of an event still coming; at the body's end, that rest is an
+    event. The one reader of every stream toolbridge reads (vLLM's, llama-cpp-python's)."""
+    *events, rest = (pending + message.get("body", b"")).replace(b"\r\n", b"\n").split(b"\n\n")
     events = [e + b"\n\n" for e in events]
     if not message.get("more_body") and rest:
         events, rest = [*events, rest], b""
@@ -193,13 +194,17 @@ class Shaped:
                          "sequence_number": self.sequence})
         if self.api == MESSAGES:
             return sse_event(anthropic.error_body(500, message))
-        return (b"data: " + json.dumps(openai_error(500, message)).encode("utf-8")
-                + b"\n\ndata: [DONE]\n\n")
+        return sse_chunk(openai_error(500, message)) + b"data: [DONE]\n\n"
 
 
 def sse_event(data: dict) -> bytes:
     """A named event (Responses, Messages): `event:` its type, `data:` its JSON."""
-    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode("utf-8")
+    return f"event: {data['type']}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n".encode("utf-8")
+
+
+def sse_chunk(data: Any) -> bytes:
+    """An unnamed event (a Chat Completions chunk): `data:` its JSON."""
+    return b"data: " + json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
 def _phrase(status: int) -> str:

@@ -18,10 +18,14 @@ from .thinking import ThinkingEnd
 ARG = "toolbridge"
 
 
-def to_args(steering: Steering | None, guard: CallGuard | None, thinking: ThinkingEnd | None = None) -> dict:
-    """The request arguments that carry `steering`, `guard` and the end of a thinking block the prompt
-    may open (`thinking`; any may be None): {} for none."""
+def to_args(steering: Steering | None, guard: CallGuard | None, thinking: ThinkingEnd | None = None,
+            banned: tuple[int, ...] = ()) -> dict:
+    """The request arguments that carry `steering`, `guard`, the end of a thinking block the prompt
+    may open (`thinking`; any may be None) and the tokens banned at every step of the answer
+    (`banned`): {} for none."""
     packed: dict[str, Any] = {}
+    if banned:
+        packed["banned"] = list(banned)
     if steering is not None:
         packed["steering"] = steering.pack()
     if guard is not None:
@@ -40,6 +44,17 @@ def from_args(args: Mapping[str, Any] | None) -> tuple[Steering | None, CallGuar
 def thinking_from_args(args: Mapping[str, Any] | None) -> ThinkingEnd | None:
     """The thinking end a request's arguments carry (None where there is none or it is malformed)."""
     return _part(args, "thinking", ThinkingEnd.unpack)
+
+
+def banned_from_args(args: Mapping[str, Any] | None) -> tuple[int, ...]:
+    """The tokens a request's arguments ban at every step of the answer (none where malformed)."""
+    return _part(args, "banned", _tokens) or ()
+
+
+def _tokens(data: Any) -> tuple[int, ...] | None:
+    if not isinstance(data, list) or not all(type(t) is int and t >= 0 for t in data):
+        return None
+    return tuple(data)
 
 
 def _part(args: Any, key: str, unpack: Any) -> Any:

@@ -3,7 +3,7 @@ the answer's start (toolbridge.steer.steering) and the guard of a call being gen
 
 `token_changes` is the rule: given the answer's tokens so far, what the next token's logits need.
 An engine's adapter only writes its result into its own logits (llamacpp_ext.generate in its
-sampling loop, vllm_plugin.bias for a whole batch at once): each change added to its token's logit,
+sampling loop, vllm_plugin.processor for a whole batch at once): each change added to its token's logit,
 then, where the answer is held to some tokens (`only`) and at least one of them is still finite,
 every other token set to -inf (where all of them are -inf something else forbids them, and the hold
 gives way).

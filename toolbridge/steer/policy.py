@@ -53,6 +53,7 @@ class Decisions:
     close_bias: float = 0.0  # inside a call, after every required argument, on closing it
     end_after_calls: bool = True  # text after a complete call is not the answer's
     hold_after_calls: bool = False  # the engines hold the token after a complete call (toolbridge.steer.ending)
+    in_text: bool = False  # asked again in text: every call opening banned (ToolRequest.in_text)
     grounded: bool = False  # the first call's values must come from the conversation
     formats: bool = False  # string arguments follow their description's examples
     thinking_budget: int | None = None  # a thinking block the prompt opens is closed after this many tokens

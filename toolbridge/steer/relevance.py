@@ -27,11 +27,10 @@ STEM = 5
 STOPWORDS = frozenset(
     "the and for with are can you this that what how please from does want would like need some any all your our "
     "about which when where who there".split()
-    # verbs that ask for something without saying what: "retrieve the IDs of files" met a weather tool that
-    # "Retrieves the current weather" (BFCL live_irrelevance_36-2-24); what the list moved on BFCL's live
-    # questions: docs/measurements.md.
-    # Nor do they name a tool (`asked_for`: "list" named `list_servers` only by being a word of its name).
-    # `find` stays: it does in three live multiple questions (`FindEvents`).
+    # verbs that ask for something without saying what: a question and a tool that share only one of them
+    # ("retrieve") share no subject; nor do they name a tool (`asked_for`: "list" is a word of `list_servers`'s
+    # name, not a request for it). `find` stays: it names tools (`FindEvents`). The cases and what the list
+    # moved: docs/measurements.md.
     + "retrieve retrieves retrieved retrieving retrieval get gets getting provide provides provided providing show "
       "shows give gives list lists fetch fetches fetching".split())
 

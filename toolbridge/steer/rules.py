@@ -5,7 +5,7 @@ start and after each call, the call guard, the end after calls, and a call start
 An engine's loop does two things with it, token by token: `read` the tokens it generated, and ask
 `next` for the next token's logit changes and the tokens it is held to. Everything else is the
 engine's own: its batch, tensors, sampler and grammar. llama.cpp's session drives one per answer
-(llamacpp_ext.generate), vLLM's batch logits processor one per row (vllm_plugin.bias); both make it
+(llamacpp_ext.generate), vLLM's batch logits processor one per row (vllm_plugin.processor); both make it
 from the request's plan (`ToolRequest.rules`, or the plan packed into vLLM's request arguments,
 `AnswerRules.unpack`).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Mapping, Sequence
 
-from .args import from_args, thinking_from_args
+from .args import banned_from_args, from_args, thinking_from_args
 from .callguard import CallGuard
 from .ending import Ending
 from .logits import Change, start_hold, token_changes
@@ -37,11 +37,12 @@ def unasked() -> str:
 class AnswerRules:
     """One answer's rules and how far they have read it."""
 
-    __slots__ = ("steering", "horizon", "guard", "vocab", "ending", "ends", "thinking", "hold_start", "ids",
+    __slots__ = ("steering", "horizon", "guard", "vocab", "ending", "ends", "thinking", "bans", "hold_start", "ids",
                  "marks", "forming", "opened", "_raised")
 
     def __init__(self, steering: Steering | None, guard: CallGuard | None, vocab: Vocabulary | None,
-                 ends: Sequence[int] = (), thinking: ThinkingEnd | None = None, *, hold_start: bool = False):
+                 ends: Sequence[int] = (), thinking: ThinkingEnd | None = None, banned: Sequence[int] = (), *,
+                 hold_start: bool = False):
         if vocab is None:  # the guard and the thinking read text: without a vocabulary, steering alone
             guard = thinking = None
         self.steering = steering
@@ -51,6 +52,7 @@ class AnswerRules:
         self.ending: Ending | None = vocab.ending(guard.follow) if guard is not None else None
         self.ends = tuple(ends)  # the engine's end tokens for this request
         self.thinking = thinking  # the thinking the prompt opened, until its close marker is read
+        self.bans: list[Change] = [(t, BAN) for t in banned]  # at every step of the answer: an answer in text
         self.hold_start = hold_start  # an engine that cannot take a token back (vLLM): `next` holds a start
         self.ids: list[int] = []  # the answer's tokens: after the thinking (-1: not filled in yet)
         # an unarmed guard reads only the tokens whose text may begin a call start, and those after one
@@ -69,9 +71,10 @@ class AnswerRules:
         thinking = thinking_from_args(args) if vocab is not None else None
         if thinking is not None and not thinking.opened_by(prompt_tail()):
             thinking = None
-        if steering is None and (vocab is None or guard is None) and thinking is None:
+        banned = banned_from_args(args)
+        if steering is None and (vocab is None or guard is None) and thinking is None and not banned:
             return None
-        return cls(steering, guard, vocab, ends, thinking, hold_start=True)
+        return cls(steering, guard, vocab, ends, thinking, banned, hold_start=True)
 
     # -- what the engine asks between steps --------------------------------------------------------
     @property
@@ -83,7 +86,7 @@ class AnswerRules:
     def ruled(self) -> bool:
         """Whether `next` may change the next token: inside the thinking, steering within its horizon, an
         armed guard, or an undecided start the bias favoured."""
-        return (self.thinking is not None or len(self.ids) < self.horizon
+        return (self.thinking is not None or len(self.ids) < self.horizon or bool(self.bans)
                 or (self.guard is not None and self.guard.armed) or self.opened is not None)
 
     @property
@@ -177,10 +180,12 @@ class AnswerRules:
         guard = self.guard if self.guard is not None and self.guard.armed else None
         steering = self.steering
         if guard is None and len(self.ids) >= self.horizon and self.opened is None:
-            return [], None
+            return list(self.bans), None
         vocab = self.vocab
         closers, enders = (vocab.closers, vocab.enders) if guard is not None else ((), ())
         changes, only = token_changes(steering, self.ids, guard, top, closers, enders, self.ending, self.ends)
+        if self.bans:
+            changes = [*changes, *self.bans]
         if steering is None or not steering.texts or self.vocab is None:
             return changes, only
         if self.hold_start:

@@ -3,15 +3,14 @@ greedy decoding, so the first token of every way a call may start (the dialect's
 bare JSON call object, which tool-trained models write instead: toolbridge.constrain.grammar.call_starts)
 gets a bias at the answer's first position (bench/accuracy measured it). A bare JSON call started
 there names a declared tool: its name is held to the tools' names, token by token, up to the name's
-closing quote, where the grammar takes over (toolbridge.constrain.grammar.entries; Qwen2.5-Coder-0.5B, pushed
-into `{"`, went on with names of its own, `{"name": "hiking_trails"`, which fall out of every
-constraint). A tool result the model starts writing itself (`<tool_response>`, which shares
+closing quote, where the grammar takes over (toolbridge.constrain.grammar.entries): a model pushed into `{"`
+may go on with a name of its own, which no constraint arms on (docs/measurements.md). A tool result the model starts writing itself (`<tool_response>`, which shares
 `<tool_call>`'s first tokens) is cut where the two markers part: a model never writes tool results.
 All of it applies only at the answer's start, and only when the answer follows a user turn (after
 tool results the model should mostly answer, not call again); a bias of 0 turns it off. A
 negative bias (after tool results, or on a question whose words meet no tool's: toolbridge.steer.relevance)
 holds back every token that opens a JSON object or a code fence as well: a tool-trained model opens
-its calls that way too (Qwen2.5-Coder-0.5B, held back from `<tool_call>` and `{"`, wrote ```` ``` ````).
+its calls that way too (held back from the call starts alone, such a model opens a code fence instead).
 
 Parallel calls: right after an answer's first call, where a model either ends its turn or starts
 another call, every call start's first token gets the next-call bias (`next_bias`; the guard of the call

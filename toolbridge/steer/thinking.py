@@ -6,7 +6,7 @@ tokens one at a time), so that the answer comes, and a forced call with it. Wher
 A logits processor that steers or guards an answer starts all of that at the thinking's end: the
 answer's first token is the one after the token that completes the close marker. llama.cpp's session
 does the same in its own loop (llamacpp_ext.generate.Session.think); this is the engine-neutral part a
-batch processor carries per request (vllm_plugin.bias), packed as plain data with the request's
+batch processor carries per request (vllm_plugin.processor), packed as plain data with the request's
 other rules (toolbridge.steer.args).
 """
 from __future__ import annotations

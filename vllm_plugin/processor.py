@@ -3,7 +3,7 @@ drives too: the thinking, the `auto` call steering, the guard of calls, the end 
 every row of a batch, as one vLLM batch logits processor.
 
 Installed, it loads through the `vllm.logits_processors` entry point; otherwise pass
-`--logits-processors vllm_plugin.bias:CallBias`. Without it, requests still work, unsteered and
+`--logits-processors vllm_plugin.processor:RulesProcessor`. Without it, requests still work, unsteered and
 unguarded. It touches only requests whose sampling params carry the rules (toolbridge's one
 argument, toolbridge.steer.args, set by the tool parser's adjust_request; a malformed one is
 ignored). vLLM applies the structured-output mask before logits processors, so a token the
@@ -37,7 +37,7 @@ from toolbridge.engine import ARG, PROMPT_TAIL, AnswerRules, Edit, Vocabulary, h
 from vllm_plugin.rows import NEVER, POINT, CloseTables, Row, end_tokens
 
 
-class CallBias(LogitsProcessor):
+class RulesProcessor(LogitsProcessor):
     # Where the argument close reads the model's top token: None, on the host where the logits are
     # on the CPU and on their device elsewhere; True or False forces one (the tests hold both alike).
     top_on_host: bool | None = None
@@ -293,4 +293,4 @@ class CallBias(LogitsProcessor):
         return logits.index_select(0, self._tensor(rows)).argmax(dim=-1).tolist()
 
 
-__all__ = ["CallBias"]
+__all__ = ["RulesProcessor"]
