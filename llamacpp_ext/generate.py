@@ -163,8 +163,8 @@ class Sampler:
 # as fast in steps of 64 as of 512 (docs/measurements.md), and a step takes a fraction of a second
 EVAL_STEP = 64
 
-# How a phase ended.
-EOG, STOP, LENGTH, TRIGGER = "eog", "stop", "length", "trigger"
+# How a phase ended (LIMIT: the phase's own token limit).
+EOG, STOP, LENGTH, TRIGGER, LIMIT = "eog", "stop", "length", "trigger", "limit"
 
 
 class Session:
@@ -221,10 +221,15 @@ class Session:
             self.llama.eval(tokens[i:i + step])
 
     def think(self, close: str) -> Iterator[str]:
-        """The thinking the prompt opened, up to its `close` marker, with no trigger of a call; the rules
-        run its budget (past it, the marker is written for the model) and, where the answer must call,
-        hold back the end of the answer inside it. The answer starts after the marker."""
-        yield from self.phase(triggers={close: False})
+        """The thinking the prompt opened, up to its `close` marker, with no trigger of a call; where the
+        answer must call, the rules hold back the end of the answer inside it. At the rules' budget the
+        marker is written for the model whole (the tokens the rules would hold it to, evaluated at once).
+        The answer starts after the marker."""
+        thinking = self.rules.thinking if self.rules is not None else None
+        yield from self.phase(triggers={close: False}, limit=thinking.budget if thinking is not None else None)
+        if self.ended == LIMIT:
+            yield from self.write(close)
+            self.ended = TRIGGER
         if self.ended == TRIGGER:
             self.start, self.text_start = len(self.tokens), len(self.text)
             if self.rules is not None:
@@ -239,8 +244,9 @@ class Session:
         yield text
 
     def phase(self, grammar: LlamaGrammar | None = None, triggers: Mapping[str, bool] | None = None,
-              stop: Sequence[str] = ()) -> Iterator[str]:
-        """Generate until end of generation, a stop string, the budget, or one of `triggers` (text -> whether it counts only at a line's start); yield
+              stop: Sequence[str] = (), limit: int | None = None) -> Iterator[str]:
+        """Generate until end of generation, a stop string, the budget, `limit` tokens of this phase
+        (ended LIMIT), or one of `triggers` (text -> whether it counts only at a line's start); yield
         the text as it becomes final (never a possible start of a stop string or trigger; `stop` adds
         stop strings for this phase). Sets `ended` (and `trigger`, the one found). On a trigger, the
         text up to and including it is kept and the token list is cut to match, ready for the next phase."""
@@ -318,6 +324,9 @@ class Session:
                 if self.budget <= 0:
                     if mark is not None:  # cut inside the bias's start: it leaves no trace
                         pending, nbytes = self._restore(mark, ends, decoder)
+                    break
+                if limit is not None and len(self.tokens) - start >= limit:
+                    self.ended = LIMIT
                     break
                 todo = [token]
         finally:

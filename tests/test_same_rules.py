@@ -111,19 +111,21 @@ def vllm_decisions(monkeypatch, tokenizer, req, prompt: str, stream: list[int], 
 
 
 def llamacpp_decisions(monkeypatch, llama, req, prompt: str, stream: list[int], thinking: bool) -> list:
-    """Each step's decision of llama.cpp's session writing `stream` (its sampler told each next token)."""
-    script = iter(stream)
-    steps: list = []
+    """Each step's decision of llama.cpp's session writing `stream` (its sampler told each next token). A token
+    the session writes for the model instead of sampling it (the thinking's close marker at the budget: the
+    tokens the rules hold the answer to, evaluated at once) is recorded as held to itself."""
+    steps: dict[int, tuple] = {}
     write = generate.write
 
     def recorded(logits, edits, array):
-        steps[-1] = decision(*edits[0][1:])
+        steps[at[0]] = decision(*edits[0][1:])
         return write(logits, edits, array)
 
     def scripted_next(self, tokens):
-        steps.append(decision([], None))
+        at[0] = len(tokens) - n_prompt
+        steps[at[0]] = decision([], None)
         real_pick, real_sample = generate.Sampler._pick, generate.sample_in_c
-        token = next(script)
+        token = stream[at[0]]
         try:
             generate.Sampler._pick = lambda self, logits, grammar_first: token
             generate.sample_in_c = lambda llama, chain: token
@@ -131,11 +133,13 @@ def llamacpp_decisions(monkeypatch, llama, req, prompt: str, stream: list[int], 
         finally:
             generate.Sampler._pick, generate.sample_in_c = real_pick, real_sample
 
+    at = [0]
     real_next = generate.Sampler.next
     monkeypatch.setattr(generate, "write", recorded)
     monkeypatch.setattr(generate.Sampler, "next", scripted_next)
     vocab = vocabulary(llama)
     tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
+    n_prompt = len(tokens)
     session = generate.Session(llama, prompt, tokens, generate.Sampling(temp=0.0, repeat_penalty=1.0), seed=0,
                                max_tokens=len(stream), stop=[], rules=req.rules(vocab, end_tokens(llama), thinking))
     if thinking:
@@ -143,7 +147,9 @@ def llamacpp_decisions(monkeypatch, llama, req, prompt: str, stream: list[int], 
         assert session.ended == generate.TRIGGER
     list(session.phase())
     monkeypatch.undo()
-    return steps
+    written = session.tokens[n_prompt:]
+    assert written == stream[:len(written)]
+    return [steps[k] if k in steps else ((), (written[k],)) for k in range(len(stream))]
 
 
 @pytest.mark.parametrize("thinking", [False, True], ids=["no thinking", "thinking"])
