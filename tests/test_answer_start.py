@@ -113,3 +113,33 @@ def test_an_answer_cut_inside_the_biased_start_shows_none_of_it(llama):
     start = text_of(llama, [flip, *after]) + "\u2603"  # open after three tokens
     steered, used = answer(llama, PROMPT, steering(flip, (start,)), max_tokens=2)
     assert steered == "" and used == 2
+
+
+def test_a_next_call_start_the_model_does_not_go_on_with_leaves_no_trace(llama):
+    """Right after a call, the next-call bias speaks (toolbridge.steer.steering.Steering.after_call): a call
+    start it chose where the model would have ended or written something else is taken back there too, leaving
+    the model's own continuation; the tokens taken back count."""
+    from toolbridge.request import prepare
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+    vocab = vocabulary(llama)
+
+    def after_call(next_bias: float) -> tuple[str, int]:
+        req = prepare(tools=tools, tool_choice="auto", messages=[{"role": "user", "content": "Weather in Paris?"}],
+                      template_kwargs={"tb_call_bias": 0.0, "tb_next_bias": next_bias}, env={})
+        rules = req.rules(vocab, end_tokens(llama), thinking=False)
+        s = Session(llama, PROMPT, tokens_of(llama, PROMPT), GREEDY, seed=0, max_tokens=40, stop=[], rules=rules)
+        list(s.write(call))
+        rules.read(s.tokens[s.n_prompt:], call)  # the call, read as if generated
+        assert rules.guard.between
+        text = "".join(s.phase(triggers={"<tool_call>": False}))
+        return text, s.completion_tokens
+
+    own = own_tokens(llama, tokens_of(llama, PROMPT + call), 1)[0]
+    assert not text_of(llama, [own]).startswith("<")  # the model itself would not start another call here
+    plain, plain_used = after_call(0.0)
+    steered, steered_used = after_call(100.0)
+    assert steered == plain and "<" not in steered
+    assert steered_used > plain_used  # the bias's start was written, then taken back
