@@ -200,7 +200,14 @@ class RulesProcessor(LogitsProcessor):
     def _look(self) -> None:
         """`auto` answers before their first call: the rules read each new token (its text only where it
         may begin a call start, or one may be forming); an answer whose call started goes to the rules."""
-        armed = [row for row, a in self._watch.items() if (a.catch_up(), not a.rules.watching)[1]]
+        armed: list[int] = []
+        for row, a in self._watch.items():
+            ids = a.ids
+            if len(ids) != a.read:
+                rules = a.rules
+                a.read = rules.catch_up(ids, a.read)
+                if rules.guard.armed:
+                    armed.append(row)
         for row in armed:  # a call started: the guard speaks from this step on
             self._ruled[row] = self._watch.pop(row)
 

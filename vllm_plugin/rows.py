@@ -23,15 +23,8 @@ class Row:
 
     def catch_up(self) -> None:
         """The rules read the tokens vLLM added since the last step (one, usually)."""
-        ids, read = self.ids, self.read
-        n = len(ids)
-        if n == read:
-            return
-        self.read = n
-        if n == read + 1:
-            self.rules.read_one(ids[read])
-        else:
-            self.rules.read(ids[read:n])
+        if len(self.ids) != self.read:
+            self.read = self.rules.catch_up(self.ids, self.read)
 
 
 def end_tokens(params: Any) -> tuple[int, ...]:

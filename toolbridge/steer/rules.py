@@ -125,6 +125,23 @@ class AnswerRules:
             if text:
                 self._feed(text)
 
+    def catch_up(self, ids: Sequence[int], read: int) -> int:
+        """Read `ids[read:]`, an engine's own list of the answer's output ids that it appends to (vLLM's); returns
+        how many are read now. One new token is the usual step, read here without another call where it
+        cannot begin a call start."""
+        n = len(ids)
+        if n == read + 1 and self.thinking is None:
+            token = ids[read]
+            self.ids.append(token)
+            guard = self.guard
+            if guard is not None and token >= 0 and (guard.armed or self.forming or token >= len(self.marks)
+                                                     or self.marks[token]):
+                self._feed(self.vocab.text(token))
+            return n
+        if n > read:
+            self.read(ids[read:n])
+        return n
+
     def read_one(self, token: int) -> None:
         """`read` of one token whose text is the vocabulary's (the usual step): where the guard waits for a
         call start and none may be forming, a token whose text holds none of the starts' first characters
