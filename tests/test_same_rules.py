@@ -217,4 +217,4 @@ def test_an_answer_asked_again_in_text_has_every_call_opening_banned_at_every_st
         for token in tokenizer.encode('Sure: {"a": 1} and <tool_call> as text.', add_special_tokens=False):
             changes, only = rules.next()
             assert sorted(changes) == sorted((t, BAN) for t in openings) and only is None
-            rules.read_one(token)
+            rules.read((token,))

@@ -114,7 +114,7 @@ class AnswerRules:
                 return
             text = None
         if len(tokens) == 1 and text is None:
-            self.read_one(tokens[0])
+            self.catch_up(tokens, 0)
             return
         self.ids += tokens
         guard = self.guard
@@ -127,8 +127,9 @@ class AnswerRules:
 
     def catch_up(self, ids: Sequence[int], read: int) -> int:
         """Read `ids[read:]`, an engine's own list of the answer's output ids that it appends to (vLLM's); returns
-        how many are read now. One new token is the usual step, read here without another call where it
-        cannot begin a call start."""
+        how many are read now. One new token is the usual step, its text the vocabulary's: where the guard waits
+        for a call start and none may be forming, a token whose text holds none of the starts' first characters
+        is not read (nor is -1, not filled in yet: it reads the last mark, 0)."""
         n = len(ids)
         if n == read + 1 and self.thinking is None:
             token = ids[read]
@@ -141,21 +142,6 @@ class AnswerRules:
         if n > read:
             self.read(ids[read:n])
         return n
-
-    def read_one(self, token: int) -> None:
-        """`read` of one token whose text is the vocabulary's (the usual step): where the guard waits for a
-        call start and none may be forming, a token whose text holds none of the starts' first characters
-        is not read."""
-        if self.thinking is not None:
-            self._think((token,))
-            return
-        self.ids.append(token)
-        guard = self.guard
-        if guard is None or (not guard.armed and not self.forming and token < len(self.marks)
-                             and not self.marks[token]):  # -1, not filled in yet, reads the last mark: 0
-            return
-        if token >= 0:
-            self._feed(self.vocab.text(token))
 
     def _feed(self, text: str) -> None:
         guard = self.guard
