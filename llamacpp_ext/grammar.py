@@ -14,8 +14,8 @@ from typing import Any, Sequence
 
 import llama_cpp
 
-from toolbridge.engine import (BadRequest, Dialect, Entry, LAZY, Memo, STRICT, Tool, ToolChoice, ToolRequest, ToolSet,
-                               constrain, frames, json_string, separator)
+from toolbridge.engine import (EITHER, LAZY, STRICT, BadRequest, Dialect, Entry, Memo, Tool, ToolChoice, ToolRequest,
+                               ToolSet, constrain, frames, json_string, separator)
 
 from .compat import JSON_GBNF, LlamaGrammar, compiles, grammar_text, model_key
 from .converter import schema_grammar, schema_rules
@@ -28,10 +28,11 @@ CONVERSION_ERRORS = (ValueError, AssertionError, KeyError, TypeError, RecursionE
 
 
 def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, *, parallel: bool = True,
-           after: str | None = None, formats: bool = False) -> str:
+           after: str | None = None, formats: bool = False, final: dict | None = None) -> str:
     """A GBNF grammar for calls in `dialect`.
 
-    Strict (after=None): the whole answer is one call, or several when parallel.
+    Strict (after=None): the whole answer is one call, or several when parallel; or, given a `final`
+    JSON schema, a final answer that follows it instead (toolbridge.request.EITHER).
     Lazy (after=a trigger): the text that follows the trigger, for generation continued from a
     prompt that ends with it; one call.
     """
@@ -45,20 +46,24 @@ def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, *, paral
         alts.append(f"( {json_string(begin)} tb-args{i} {json_string(f.end)} )")
     if not alts:
         raise ValueError("no tool can be called")
+    if final is not None:
+        pairs.append(("tb-final", final))
     rules = [schema_rules(pairs).rstrip("\n"), "tb-call ::= " + " | ".join(alts)]
     sep = separator(dialect)
     if after is not None or not parallel:
-        rules.append("root ::= tb-call")
+        calls = "tb-call"
     else:
-        rules.append(f"root ::= tb-call ( {json_string(sep)} tb-call )*" if sep else "root ::= tb-call+")
+        calls = f"tb-call ( {json_string(sep)} tb-call )*" if sep else "tb-call+"
+    rules.append(f"root ::= ( {calls} ) | tb-final" if final is not None else f"root ::= {calls}")
     return "\n".join(rules) + "\n"
 
 
 def _checked(llama: llama_cpp.Llama, toolset: ToolSet, key: tuple, tools: Sequence[Tool], dialect: Dialect,
-             choice: ToolChoice, parallel: bool, after: str | None, formats: bool) -> LlamaGrammar | None:
+             choice: ToolChoice, parallel: bool, after: str | None, formats: bool,
+             final: dict | None = None) -> LlamaGrammar | None:
     def build(part: Sequence[Tool], only: ToolChoice) -> str | None:
         try:
-            text = render(part, dialect, only, parallel=parallel, after=after, formats=formats)
+            text = render(part, dialect, only, parallel=parallel, after=after, formats=formats, final=final)
         except CONVERSION_ERRORS as e:
             log.info("toolbridge: no grammar for %s (%s: %s)", [t.name for t in part], type(e).__name__, e)
             return None
@@ -69,11 +74,11 @@ def _checked(llama: llama_cpp.Llama, toolset: ToolSet, key: tuple, tools: Sequen
 
 
 def tool_grammar(llama: llama_cpp.Llama, toolset: ToolSet, dialect: Dialect, choice: ToolChoice, *,
-                 parallel: bool, formats: bool = False) -> LlamaGrammar | None:
-    """The checked strict grammar (the whole answer is calls), or None: calls are generated
-    unconstrained and parsed."""
-    return _checked(llama, toolset, (dialect.name, choice, parallel, formats), toolset.tools, dialect, choice, parallel,
-                    None, formats)
+                 parallel: bool, formats: bool = False, final: dict | None = None) -> LlamaGrammar | None:
+    """The checked strict grammar (the whole answer is calls, or a `final` answer in that schema), or
+    None: calls are generated unconstrained and parsed."""
+    key = (dialect.name, choice, parallel, formats, json.dumps(final, sort_keys=True) if final is not None else None)
+    return _checked(llama, toolset, key, toolset.tools, dialect, choice, parallel, None, formats, final)
 
 
 def entry_grammar(llama: llama_cpp.Llama, toolset: ToolSet, entry: Entry, choice: ToolChoice) -> LlamaGrammar | None:
@@ -85,15 +90,14 @@ def entry_grammar(llama: llama_cpp.Llama, toolset: ToolSet, entry: Entry, choice
 def answer_grammar(model: Model, req: ToolRequest, user: LlamaGrammar | None) -> LlamaGrammar | None:
     """The grammar the whole answer is generated under: the calls' for `required` and named, none for
     `auto` (a call's constraint is armed by its trigger: `entry_grammar`), else the user's."""
-    if req.mode == STRICT:
-        return tool_grammar(model.llama, req.toolset, req.dialect, req.choice,
-                            parallel=req.parallel and req.choice.mode == "required", formats=req.decisions.formats)
+    if req.mode in (STRICT, EITHER):
+        grammar = tool_grammar(model.llama, req.toolset, req.dialect, req.choice, final=req.final,
+                               parallel=req.parallel and req.choice.mode != "named", formats=req.decisions.formats)
+        if grammar is None and req.mode == EITHER:  # the final answer would not follow its format
+            raise BadRequest("response_format's schema cannot be made a grammar beside these tools.",
+                             param="response_format")
+        return grammar
     return user if req.mode != LAZY else None
-
-
-def constrains(grammar: LlamaGrammar | None, response_format: Any) -> bool:
-    """Whether a request constrains its answer itself (`user_grammar` is its constraint)."""
-    return grammar is not None or _json_object(response_format)
 
 
 def _json_object(response_format: Any) -> bool:

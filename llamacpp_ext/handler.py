@@ -25,7 +25,7 @@ from toolbridge.engine import (BUDGET_OPTION, BadRequest, CallEnd, CheckedReques
 from . import prompt
 from .compat import end_tokens
 from .generate import EOG, LENGTH, TRIGGER, Sampling, Session, logit_bias_ids
-from .grammar import answer_grammar, constrains, entry_grammar, user_grammar
+from .grammar import answer_grammar, entry_grammar, user_grammar
 from .interrupt import Interrupt, Interrupted, error_body, logged
 from .model import Model, model_of
 
@@ -153,8 +153,8 @@ def prepare_answer(llama: llama_cpp.Llama, *, messages: list, tools: Any, tool_c
         if checked is None:
             checked = check(tools=tools, tool_choice=tool_choice, messages=messages, functions=functions,
                             function_call=function_call, parallel_tool_calls=parallel_tool_calls, stop=stop)
-        req = plan(checked, template_kwargs=options, user_constraint=constrains(grammar, response_format),
-                   tool_trained=model.tool_trained)
+        req = plan(checked, template_kwargs=options, user_constraint=grammar is not None,
+                   response_format=response_format, tool_trained=model.tool_trained)
         bias = logit_bias_ids(llama, logit_bias)
         text, tokens = prompt.build(model, messages, req, options)
     except ValueError as e:  # BadRequest included

@@ -105,15 +105,16 @@ def render(model: Model, messages: Sequence[Any], req: ToolRequest, options: dic
         extra["tb_force"] = req.force
     if req.mode != PLAIN:
         example = req.options.example
-        extra["tb_instruction"] = req.toolset.memo(
+        shown = req.declared  # every tool, also where allowed_tools restricts the calls: the same prompt
+        extra["tb_instruction"] = shown.memo(
             ("instruction", req.dialect.name, example, req.force),
-            lambda: tools_instruction(req.toolset.specs, dialect=req.dialect, example=example, force=req.force))
+            lambda: tools_instruction(shown.specs, dialect=req.dialect, example=example, force=req.force))
     messages = list(messages)
     tpl, native = template(model, req)
     if native:
         messages = object_arguments(messages)
     return tpl.render(
-        messages=messages, tools=req.toolset.specs if req.mode != PLAIN else [],
+        messages=messages, tools=req.declared.specs if req.mode != PLAIN else [],
         add_generation_prompt=True, bos_token=model.bos, eos_token=model.eos,
         strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt), **extra)
 

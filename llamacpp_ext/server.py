@@ -69,6 +69,8 @@ class ToolbridgeMiddleware(CheckMiddleware):
     def check(self, data: dict) -> Passed:
         adapt_request(data)
         context = ChatContext.read(data, check_request(data))
+        if context.checked.choice.allowed is not None:  # the stock request model does not take allowed_tools
+            data["tool_choice"] = context.checked.choice.mode  # (the handler plans from `checked`)
         check_fields(data)
         return Passed({CONTEXT: context})
 

@@ -25,7 +25,8 @@ __all__ = ["api_root", "oai", "ant", "test_responses_tool_choice", "test_respons
            "test_bad_bodies", "test_fuzz", "api_routes", "test_messages_count_tokens",
            "test_messages_count_tokens_bad_bodies", "test_responses_retrieve_and_delete", "test_typed_fields",
            "test_fuzz_field_types", "test_messages_end_after_their_calls", "test_responses_end_after_their_calls",
-           "test_chat_ends_after_its_calls"]
+           "test_chat_ends_after_its_calls", "test_chat_allowed_tools", "test_responses_allowed_tools",
+           "test_strict_tools", "test_chat_response_format_beside_tools", "test_responses_format_beside_tools"]
 
 TOOLS = [WEATHER, SEARCH]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -692,3 +693,136 @@ def test_chat_ends_after_its_calls(oai, api_model):
             assert [c.function.name for c in whole.message.tool_calls or ()] == names
             assert (whole.message.content or "").strip() == before.strip() and whole.finish_reason == "tool_calls"
     assert called, "no question got a call: nothing was checked"
+
+
+# -- allowed_tools: every tool in the prompt, calls only to the allowed ones ---------------------------------
+
+ALLOWED_ONLY = ["search"]  # the weather question's own tool is left out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_chat_allowed_tools(oai, api_model, stream):
+    """Chat Completions: a weather question with only the search tool allowed. `required`: a call, to
+    search; `auto`: no call to the weather tool (a call to search, or text)."""
+    for mode in ("required", "auto"):
+        kw = dict(model=api_model, messages=[{"role": "user", "content": ASK}], tools=TOOLS, temperature=0,
+                  max_tokens=64, tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": [
+                      {"type": "function", "function": {"name": n}} for n in ALLOWED_ONLY]}})
+        if stream:
+            names, content = [], ""
+            for chunk in oai.chat.completions.create(stream=True, **kw):
+                for ch in chunk.choices:
+                    names += [tc.function.name for tc in ch.delta.tool_calls or () if tc.function and tc.function.name]
+                    content += ch.delta.content or ""
+        else:
+            message = oai.chat.completions.create(**kw).choices[0].message
+            names, content = [c.function.name for c in message.tool_calls or ()], message.content or ""
+        assert set(names) <= set(ALLOWED_ONLY), (mode, names)
+        if mode == "required":
+            assert names, content
+        no_markup(content)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_responses_allowed_tools(oai, api_model, stream):
+    """Responses: the same, in its own `allowed_tools` shape, under `required`."""
+    kw = dict(model=api_model, input=ASK, tools=RESPONSES_TOOLS, temperature=0, max_output_tokens=64,
+              tool_choice={"type": "allowed_tools", "mode": "required",
+                           "tools": [{"type": "function", "name": n} for n in ALLOWED_ONLY]})
+    resp = responses_stream(oai, **kw)[1] if stream else oai.responses.create(**kw)
+    calls = [i for i in resp.output if i.type == "function_call"]
+    assert calls and {c.name for c in calls} <= set(ALLOWED_ONLY), resp.output
+    for c in calls:
+        valid(c.name, c.arguments)
+
+
+# -- strict: accepted on every API; a schema strict mode forbids is the API's 400 ------------------------
+
+STRICT_WEATHER = {"name": "get_weather", "description": "Get the current weather in a city.", "strict": True,
+                  "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+                                 "additionalProperties": False}}
+
+
+def test_strict_tools(oai, ant, api_model):
+    import anthropic
+    import openai
+
+    chat = oai.chat.completions.create(model=api_model, messages=[{"role": "user", "content": ASK}], temperature=0,
+                                       max_tokens=64, tools=[{"type": "function", "function": STRICT_WEATHER}],
+                                       tool_choice="required")
+    calls = chat.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].function.arguments), STRICT_WEATHER["parameters"])
+    resp = oai.responses.create(model=api_model, input=ASK, tools=[{"type": "function", **STRICT_WEATHER}],
+                                tool_choice="required", temperature=0, max_output_tokens=64)
+    assert [i.name for i in resp.output if i.type == "function_call"] == ["get_weather"], resp.output
+    msg = ant.messages.create(model=api_model, max_tokens=64, messages=[{"role": "user", "content": ASK}],
+                              tool_choice={"type": "any"}, extra_body={"temperature": 0}, tools=[{
+                                  "name": "get_weather", "description": STRICT_WEATHER["description"],
+                                  "input_schema": STRICT_WEATHER["parameters"], "strict": True}])
+    assert [b.name for b in msg.content if b.type == "tool_use"] == ["get_weather"], msg.content
+    loose = {**STRICT_WEATHER, "parameters": {**STRICT_WEATHER["parameters"], "required": []}}
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model=api_model, messages=[{"role": "user", "content": ASK}], max_tokens=8,
+                                    tools=[{"type": "function", "function": loose}])
+    assert "required" in str(e.value) and "city" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        oai.responses.create(model=api_model, input=ASK, tools=[{"type": "function", **loose}], max_output_tokens=8)
+    with pytest.raises(anthropic.BadRequestError):  # a strict that is not a boolean
+        ant.messages.create(model=api_model, max_tokens=8, messages=[{"role": "user", "content": ASK}], tools=[{
+            "name": "get_weather", "input_schema": STRICT_WEATHER["parameters"], "strict": "yes"}])
+
+
+# -- response_format beside tools under auto: calls, or a final answer in the format ---------------------
+
+FINAL_SCHEMA = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 120}},
+                "required": ["answer"], "additionalProperties": False}
+FORMAT_ASKS = (ASK, "Write one short sentence about autumn.")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_chat_response_format_beside_tools(oai, api_model, stream):
+    """Chat Completions, `auto`, a json_schema response_format and tools: each answer is calls (valid) or a
+    final answer that validates against the schema (one that max_tokens cut is not checked, but counted)."""
+    finals = calls = 0
+    for ask in FORMAT_ASKS:
+        kw = dict(model=api_model, messages=[{"role": "user", "content": ask}], tools=TOOLS, tool_choice="auto",
+                  temperature=0, max_tokens=96, response_format={"type": "json_schema", "json_schema": {
+                      "name": "answer", "schema": FINAL_SCHEMA}})
+        if stream:
+            content, named, finish = "", [], None
+            for chunk in oai.chat.completions.create(stream=True, **kw):
+                for ch in chunk.choices:
+                    content += ch.delta.content or ""
+                    named += [tc.function.name for tc in ch.delta.tool_calls or () if tc.function and tc.function.name]
+                    finish = ch.finish_reason or finish
+        else:
+            choice = oai.chat.completions.create(**kw).choices[0]
+            content, finish = choice.message.content or "", choice.finish_reason
+            named = [c.function.name for c in choice.message.tool_calls or ()]
+        if named:
+            calls += 1
+            assert finish == "tool_calls" and not content.strip(), (ask, content, finish)
+        elif finish == "stop":
+            finals += 1
+            jsonschema.validate(json.loads(content), FINAL_SCHEMA)
+    assert finals + calls, "every answer was cut: nothing was checked"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_responses_format_beside_tools(oai, api_model, stream):
+    """Responses, the same through its `text.format`."""
+    checked = 0
+    for ask in FORMAT_ASKS:
+        kw = dict(model=api_model, input=ask, tools=RESPONSES_TOOLS, tool_choice="auto", temperature=0,
+                  max_output_tokens=96, text={"format": {"type": "json_schema", "name": "answer",
+                                                         "schema": FINAL_SCHEMA}})
+        resp = responses_stream(oai, **kw)[1] if stream else oai.responses.create(**kw)
+        kinds = responses_kind(resp)
+        if "function_call" in kinds:
+            checked += 1
+            assert kinds == ("function_call",), resp.output
+        elif resp.status == "completed":
+            checked += 1
+            jsonschema.validate(json.loads(resp.output_text), FINAL_SCHEMA)
+    assert checked, "every answer was cut: nothing was checked"

@@ -45,7 +45,7 @@ def test_responses_reader_items_tools_and_choice():
 
 @pytest.mark.parametrize("body", [
     {"input": []}, {"input": 3}, {"input": [{"type": "local_shell_call"}]}, {"input": "x", "tools": [{"type": None}]},
-    {"input": [{"role": "wizard", "content": "x"}]}, {"input": "x", "tool_choice": {"type": "allowed_tools"}},
+    {"input": [{"role": "wizard", "content": "x"}]}, {"input": "x", "tool_choice": {"type": "file_search"}},
     {"input": [{"type": "function_call", "call_id": 1, "name": "f", "arguments": "{}"}]}, {"input": "x", "background": True},
     {"input": [{"role": "user", "content": [{"type": "input_file"}]}]},
 ])

@@ -42,6 +42,8 @@ def test_the_follow_of_a_request():
     assert f.triggers[0] == "<tool_call>" and '{"name": "get_weather"' in f.triggers
     assert request(parallel=False).follow.triggers == ()  # after one call, only the end
     assert request(tb_end_after_calls=False).follow is None
+    # parallel calls off: no second call is generated, also where text after calls is let through
+    assert request(parallel=False, tb_end_after_calls=False).follow.triggers == ()
     assert prepare(tools=TOOLS, messages=[], tool_choice="required", env={}).follow is None  # its grammar ends it
     assert request().call_guard().follow == request().follow
 

@@ -90,9 +90,11 @@ def test_dialect_from_template_kwargs_and_its_stop():
     assert "\nObservation:" in req.stop
 
 
-def test_users_response_format_and_none_are_left_alone():
-    req = adjusted(response_format={"type": "json_object"})
-    assert req.structured_outputs is None
+def test_users_structured_outputs_and_none_are_left_alone():
+    req = adjusted(structured_outputs={"regex": "[0-9]+"})
+    assert req.structured_outputs.regex == "[0-9]+" and req.structured_outputs.structural_tag is None
+    req = adjusted(response_format={"type": "json_object"})  # under auto: calls, or an answer in the format
+    assert req.response_format is None and tag_of(req)["type"] == "or"
     req = adjusted(tool_choice="none")
     assert req.structured_outputs is None
 

@@ -30,7 +30,7 @@ from .parsing.thinking import ANSWER, PlainText, ThinkingSplit
 from .prompt.chat_templates import (DIALECT_ENV, FAMILIES, read_stock, renders_tools, served_dialect, template_path,
                                     wrap, writes_calls)
 from .prompt.render import compile_template, tools_instruction
-from .request import (LAZY, PLAIN, STRICT, USER, CheckedRequest, ToolRequest, ToolSet, check, plan, prepare,
+from .request import (EITHER, LAZY, PLAIN, STRICT, USER, CheckedRequest, ToolRequest, ToolSet, check, plan, prepare,
                       text_only)
 from .schema import engine_schema, resolve_ref
 from .steer.args import ARG
@@ -40,12 +40,13 @@ from .steer.rules import AnswerRules
 from .steer.thinking import PROMPT_TAIL, ThinkingEnd
 from .steer.vocab import Vocabulary, hf_vocabulary
 from .thinking import BUDGET_OPTION, DEFAULT_THINKING, EFFORT_BUDGETS, opened_by, with_budget
-from .tools import EMPTY_PARAMETERS, Tool, ToolChoice
+from .tools import EMPTY_PARAMETERS, Tool, ToolChoice, allowed_choice
 
 __all__ = [
     # the request's plan
-    "BadRequest", "CheckedRequest", "LAZY", "PLAIN", "STRICT", "USER", "ToolRequest", "ToolSet", "check", "plan",
-    "prepare", "KEYS", "check_environment", "resolve", "Dialect", "EMPTY_PARAMETERS", "Tool", "ToolChoice", "plain_data",
+    "BadRequest", "CheckedRequest", "EITHER", "LAZY", "PLAIN", "STRICT", "USER", "ToolRequest", "ToolSet", "check",
+    "plan", "prepare", "KEYS", "check_environment", "resolve", "Dialect", "EMPTY_PARAMETERS", "Tool", "ToolChoice", "plain_data",
+    "allowed_choice",
     # the prompt
     "DIALECT_ENV", "FAMILIES", "compile_template", "read_stock", "renders_tools", "served_dialect", "template_path",
     "tools_instruction", "wrap", "writes_calls",

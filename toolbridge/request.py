@@ -25,7 +25,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
+import jsonschema_rs
+
 from .jsondata import plain_data
+from .schema import RefError, check_refs
 from .parsing.markers import TurnCut, plain_stops
 from .memo import Memo
 from .dialects import Dialect
@@ -56,6 +59,7 @@ PLAIN = "plain"  # no tools, or tool_choice none: text, as without toolbridge
 USER = "user"  # the request constrains the output itself (response_format, grammar): calls are parsed from it
 STRICT = "strict"  # required or a named tool: the whole answer is constrained to calls
 LAZY = "lazy"  # auto: free text; a call is constrained from its start marker on
+EITHER = "either"  # auto beside the request's own JSON response format: calls, or a final answer in that format
 
 TOOLSET_CACHE_SIZE = 64
 MEMO_SIZE = 256
@@ -120,7 +124,9 @@ def toolset(tools: Sequence[Any] | None) -> ToolSet:
 
 @dataclass(frozen=True)
 class CheckedRequest:
-    """A request's tool fields, checked: the same whatever model answers it."""
+    """A request's tool fields, checked: the same whatever model answers it. `toolset`: the tools
+    the answer may call; `declared`: every tool the request sent (what the prompt shows), the same
+    set unless `allowed_tools` restricts the calls."""
 
     toolset: ToolSet
     choice: ToolChoice
@@ -128,6 +134,7 @@ class CheckedRequest:
     stop: tuple[str, ...]  # the request's own stop strings
     after_user: bool  # the answer follows a user turn (not tool results)
     messages: Sequence[Any] = field(default=(), repr=False, compare=False)  # the history, as sent
+    declared: ToolSet | None = field(default=None, repr=False)
 
     @cached_property
     def unrelated(self) -> bool:
@@ -165,6 +172,15 @@ class ToolRequest:
     stop: tuple[str, ...]  # the request's stop strings, and the dialect's when the prompt asks for it
     decisions: Decisions = Decisions()  # the policy's, for this answer (toolbridge.steer.policy.Policy.decide)
     checked: CheckedRequest | None = field(default=None, repr=False, compare=False)  # what `plan` read
+    final: dict | None = None  # EITHER: the JSON schema a final answer (one with no calls) follows
+
+    @property
+    def declared(self) -> ToolSet:
+        """Every tool the request sent, which the prompt shows; `toolset` holds the ones the answer
+        may call (fewer where `allowed_tools` restricts them: the prompt, and so the cached prefix,
+        stays the same)."""
+        declared = self.checked.declared if self.checked is not None else None
+        return declared if declared is not None else self.toolset
 
     @property
     def grounded(self) -> bool:
@@ -278,10 +294,10 @@ class ToolRequest:
     def call_guard(self) -> CallGuard | None:
         """A call guard for one answer (toolbridge.steer.callguard): read from the answer's start when the
         whole answer is calls, from the first call start under `auto`; none for other answers."""
-        if self.mode not in (STRICT, LAZY):
+        if self.mode not in (STRICT, LAZY, EITHER):
             return None
         required = self.toolset.memo(("required",), lambda: {t.name: _required(t) for t in self.tools})
-        return CallGuard(call_starts(self.dialect) if self.mode == LAZY else (), required,
+        return CallGuard(call_starts(self.dialect) if self.mode != STRICT else (), required,
                          close_bias=self.decisions.close_bias, follow=self.follow, names=list(required))
 
     @property
@@ -323,20 +339,26 @@ def check(*, tools: Sequence[Any] | None, tool_choice: Any = None, messages: Seq
     if not tools and functions:
         tools, legacy_choice = legacy_tools(functions, function_call)
         tool_choice = tool_choice if tool_choice is not None else legacy_choice
-    ts = toolset(tools)
-    choice = normalize_tool_choice(tool_choice, ts.tools)
+    declared = toolset(tools)
+    choice = normalize_tool_choice(tool_choice, declared.tools)
+    ts = declared if choice.allowed is None else toolset(
+        [raw for raw, t in zip(declared.raw, declared.tools) if t.name in choice.allowed])
     check_tool_results(messages)
     stops = tuple(dict.fromkeys(s for s in _stop_list(stop) if s))
-    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, follows_user_turn(messages), messages)
+    return CheckedRequest(ts, choice, parallel_tool_calls is not False, stops, follows_user_turn(messages), messages,
+                          declared)
 
 
 def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None = None,
-         user_constraint: bool = False, tool_trained: bool = False, thinking_budget: int | None = None,
-         reasoning_effort: Any = None, env: Mapping[str, str] | None = None) -> ToolRequest:
+         user_constraint: bool = False, response_format: Any = None, tool_trained: bool = False,
+         thinking_budget: int | None = None, reasoning_effort: Any = None,
+         env: Mapping[str, str] | None = None) -> ToolRequest:
     """The request's plan for the served model; raises BadRequest for a request that must be
-    answered 400. `tool_trained`: the model's own template renders tools (its defaults differ:
-    toolbridge.options.PROFILES). `thinking_budget`, `reasoning_effort`: what the request asks of the
-    thinking where its options name no `tb_thinking_budget` (toolbridge.thinking.with_budget)."""
+    answered 400. `user_constraint`: the request constrains the answer by other means (a grammar,
+    structured outputs); `response_format`: its own, in the chat or the Responses shape (under `auto`,
+    an answer with no calls follows it: EITHER). `tool_trained`: the model's own template renders tools
+    (its defaults differ: toolbridge.options.PROFILES). `thinking_budget`, `reasoning_effort`: what the
+    request asks of the thinking where its options name no `tb_thinking_budget` (toolbridge.thinking.with_budget)."""
     try:
         template_kwargs = with_budget(template_kwargs, thinking_budget, reasoning_effort)
     except ValueError as e:
@@ -346,9 +368,12 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
     except ValueError as e:
         raise BadRequest(str(e), param="chat_template_kwargs") from None
     ts, choice = checked.toolset, checked.choice
+    final = final_format(response_format)
     if not ts.tools or choice.mode == "none":
         mode = PLAIN
-    elif user_constraint:
+    elif final is not None and choice.mode == "auto" and not user_constraint:
+        mode = EITHER
+    elif user_constraint or final is not None:
         mode = USER
     elif choice.forced:
         mode = STRICT
@@ -356,7 +381,7 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
         mode = LAZY
     stops = list(checked.stop)
     if choice.forced:
-        _check_forced(choice, options.dialect, stops, user_constraint)
+        _check_forced(choice, options.dialect, stops, user_constraint or final is not None)
     if mode != PLAIN:
         stops += options.dialect.stop
     elif ts.tools:  # tool_choice none: the answer ends where the model would write call or result markup
@@ -364,16 +389,43 @@ def plan(checked: CheckedRequest, *, template_kwargs: Mapping[str, Any] | None =
     decisions = options.policy.decide(lazy=mode == LAZY, after_user=checked.after_user, parallel=checked.parallel,
                                       question=checked)
     return ToolRequest(toolset=ts, choice=choice, options=options, parallel=checked.parallel, mode=mode,
-                       stop=tuple(dict.fromkeys(s for s in stops if s)), decisions=decisions, checked=checked)
+                       stop=tuple(dict.fromkeys(s for s in stops if s)), decisions=decisions, checked=checked,
+                       final=final if mode == EITHER else None)
 
 
 def prepare(*, template_kwargs: Mapping[str, Any] | None = None, user_constraint: bool = False,
-            tool_trained: bool = False, thinking_budget: int | None = None, reasoning_effort: Any = None,
-            env: Mapping[str, str] | None = None, **fields: Any) -> ToolRequest:
+            response_format: Any = None, tool_trained: bool = False, thinking_budget: int | None = None,
+            reasoning_effort: Any = None, env: Mapping[str, str] | None = None, **fields: Any) -> ToolRequest:
     """`check` and `plan` at once: the plan of a chat request whose tool fields are `fields`."""
     return plan(check(**fields), template_kwargs=template_kwargs, user_constraint=user_constraint,
-                tool_trained=tool_trained, thinking_budget=thinking_budget, reasoning_effort=reasoning_effort,
-                env=env)
+                response_format=response_format, tool_trained=tool_trained, thinking_budget=thinking_budget,
+                reasoning_effort=reasoning_effort, env=env)
+
+
+ANY_OBJECT: dict = {"type": "object"}
+
+
+def final_format(response_format: Any) -> dict | None:
+    """The JSON schema a JSON `response_format` asks for (chat: {"type": "json_schema", "json_schema":
+    {"schema": ...}}; Responses' text format: {"type": "json_schema", "schema": ...}; {"type":
+    "json_object"}, with llama-cpp-python's own "schema"; without a schema: any object); None for text or none.
+    BadRequest where the schema is not one."""
+    rf = plain_data(response_format) if response_format is not None else None
+    if not isinstance(rf, Mapping) or rf.get("type") not in ("json_schema", "json_object"):
+        return None
+    inner = rf.get("json_schema") if isinstance(rf.get("json_schema"), Mapping) else rf
+    schema = inner.get("schema")
+    if schema is None:
+        return dict(ANY_OBJECT)
+    try:
+        if not isinstance(schema, Mapping):
+            raise ValueError("not an object")
+        check_refs(schema)
+        jsonschema_rs.validator_for(schema, validate_formats=False, offline=True)
+    except (RefError, jsonschema_rs.ValidationError, ValueError) as e:
+        raise BadRequest(f"response_format's schema is not a valid JSON schema: {str(e).splitlines()[0]}",
+                         param="response_format") from None
+    return dict(schema)
 
 
 def _check_forced(choice: ToolChoice, dialect: Dialect, stops: Sequence[str], user_constraint: bool) -> None:

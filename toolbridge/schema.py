@@ -5,6 +5,7 @@
   naming the tool, never an error while a call is being parsed.
 - `Schema` navigates a schema for coercion of streamed argument values.
 - `engine_schema` rewrites a schema into the subset the engines' grammar converters share.
+- `strict_error` checks a `strict: true` tool's schema against OpenAI's two rules for strict mode.
 """
 from __future__ import annotations
 
@@ -253,3 +254,31 @@ def _only(node: dict, t: str) -> dict:
     """The keywords of `node` that apply to type `t` (one branch of a split type list)."""
     keep = set(_BY_TYPE.get(t, ())) | set(_COMMON) | {"type"}
     return {k: v for k, v in node.items() if k in keep}
+
+
+def strict_error(schema: Any, where: str = "") -> str | None:
+    """Where `schema` breaks OpenAI's rules for a strict tool, in its words, or None: every object
+    sets `additionalProperties: false` and lists every one of its properties as required. Read
+    through properties, items, anyOf and the definitions (what strict mode allows)."""
+    if not isinstance(schema, dict):
+        return None
+    types = schema.get("type")
+    if types == "object" or (isinstance(types, list) and "object" in types) or "properties" in schema:
+        context = where or "()"
+        if schema.get("additionalProperties") is not False:
+            return f"In context={context}, 'additionalProperties' is required to be supplied and to be false."
+        missing = [k for k in schema.get("properties") or {} if k not in (schema.get("required") or [])]
+        if missing:
+            return (f"In context={context}, 'required' is required to be supplied and to be an array including "
+                    f"every key in properties. Missing {missing[0]!r}.")
+    parts = [(f"{where}/properties/{k}", v) for k, v in (schema.get("properties") or {}).items()]
+    parts += [(f"{where}/{key}/{k}", v) for key in ("$defs", "definitions") for k, v in (schema.get(key) or {}).items()]
+    items = schema.get("items")
+    parts += [(f"{where}/items/{i}", v) for i, v in enumerate(items)] if isinstance(items, list) else [
+        (f"{where}/items", items)]
+    parts += [(f"{where}/anyOf/{i}", v) for i, v in enumerate(schema.get("anyOf") or ())]
+    for at, part in parts:
+        error = strict_error(part, at)
+        if error is not None:
+            return error
+    return None

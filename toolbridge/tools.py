@@ -17,7 +17,7 @@ import jsonschema_rs
 
 from .jsondata import plain_data
 from .errors import BadRequest
-from .schema import RefError, Schema, check_refs, engine_schema
+from .schema import RefError, Schema, check_refs, engine_schema, strict_error
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 EMPTY_PARAMETERS: dict = {"type": "object", "properties": {}}
@@ -46,6 +46,7 @@ class Tool:
 class ToolChoice:
     mode: str  # "none" | "auto" | "required" | "named"
     name: str | None = None
+    allowed: tuple[str, ...] | None = None  # `allowed_tools`: the only tools this answer may call
 
     @property
     def forced(self) -> bool:
@@ -78,21 +79,21 @@ def make_tool(name: str, description: str = "", parameters: Mapping | None = Non
     return Tool(name, description or "", parameters, Schema(parameters), validator)
 
 
-def tool_fields(raw: Any) -> tuple[Any, Any, Any, Any] | None:
-    """(type, name, description, parameters) of an OpenAI tool given as a dict or an engine's
+def tool_fields(raw: Any) -> tuple[Any, Any, Any, Any, Any] | None:
+    """(type, name, description, parameters, strict) of an OpenAI tool given as a dict or an engine's
     pydantic model (read, not serialized), or None when it is neither."""
     if hasattr(raw, "model_dump"):
         fn = getattr(raw, "function", raw)
         return (getattr(raw, "type", "function"), getattr(fn, "name", None), getattr(fn, "description", None),
-                getattr(fn, "parameters", None))
+                getattr(fn, "parameters", None), getattr(fn, "strict", None))
     if not isinstance(raw, dict):
         return None
     fn = raw.get("function", raw)
     if hasattr(fn, "model_dump"):
         fn = plain_data(fn)
     if not isinstance(fn, dict):
-        return raw.get("type", "function"), None, None, None
-    return raw.get("type", "function"), fn.get("name"), fn.get("description"), fn.get("parameters")
+        return raw.get("type", "function"), None, None, None, None
+    return raw.get("type", "function"), fn.get("name"), fn.get("description"), fn.get("parameters"), fn.get("strict")
 
 
 def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
@@ -106,7 +107,7 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
             fields = tool_fields(raw)
             if fields is None:
                 raise BadRequest(f"tools[{i}] must be an object.", param=f"tools[{i}]")
-            kind, name, description, parameters = fields
+            kind, name, description, parameters, strict = fields
             if kind != "function":
                 raise BadRequest(f"tools[{i}].type must be 'function'.", param=f"tools[{i}].type")
             if name is None:
@@ -114,6 +115,7 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
             if parameters is not None and not isinstance(parameters, dict):
                 parameters = plain_data(parameters)
             tool = make_tool(name, description or "", parameters, param=f"tools[{i}]")
+            _check_strict(strict, tool, f"tools[{i}].function")
         if tool.name in seen:
             raise BadRequest(f"Tool name {tool.name!r} is declared twice.", param="tools",
                              code="duplicate_tool_name")
@@ -122,8 +124,23 @@ def normalize_tools(tools: Iterable[Any] | None) -> list[Tool]:
     return out
 
 
+def _check_strict(strict: Any, tool: Tool, where: str) -> None:
+    """`strict: true` is accepted, as OpenAI accepts it: its schema must keep strict mode's rules
+    (toolbridge.schema.strict_error). toolbridge constrains every call to its schema already."""
+    if strict is None or strict is False:
+        return
+    if strict is not True:
+        raise BadRequest(f"{where}.strict must be a boolean.", param=f"{where}.strict")
+    error = strict_error(tool.parameters)
+    if error is not None:
+        raise BadRequest(f"Invalid schema for function {tool.name!r}: {error}", param=f"{where}.parameters",
+                         code="invalid_function_parameters")
+
+
 def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
-    """OpenAI `tool_choice` -> ToolChoice. No choice with tools means `auto`."""
+    """OpenAI `tool_choice` -> ToolChoice. No choice with tools means `auto`. `allowed_tools`
+    ({"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools": [...]}}) is
+    its mode, restricted to the tools it names."""
     if choice is None:
         return ToolChoice("auto" if tools else "none")
     if isinstance(choice, str):
@@ -132,17 +149,53 @@ def normalize_tool_choice(choice: Any, tools: Sequence[Tool]) -> ToolChoice:
         if choice != "none" and not tools:
             raise BadRequest(f"tool_choice {choice!r} needs a non-empty tools list.", param="tool_choice")
         return ToolChoice(choice)
+    if isinstance(choice, Mapping) and choice.get("type") == ALLOWED:
+        return _allowed_choice(choice.get(ALLOWED), tools)
     if isinstance(choice, Mapping):
         fn = choice.get("function") or {}
         name = fn.get("name") if isinstance(fn, Mapping) else None
         name = name or choice.get("name")
         if not isinstance(name, str):
             raise BadRequest("tool_choice.function.name is required.", param="tool_choice")
-        if name not in {t.name for t in tools}:
-            raise BadRequest(f"tool_choice names {name!r}, which is not in tools.", param="tool_choice",
-                             code="unknown_tool")
+        _declared(name, tools, "tool_choice")
         return ToolChoice("named", name)
     raise BadRequest("tool_choice must be a string or an object.", param="tool_choice")
+
+
+ALLOWED = "allowed_tools"
+
+
+def _allowed_choice(allowed: Any, tools: Sequence[Tool]) -> ToolChoice:
+    where = f"tool_choice.{ALLOWED}"
+    if not isinstance(allowed, Mapping):
+        raise BadRequest(f"{where} must be an object with a mode and tools.", param=where)
+    mode = allowed.get("mode")
+    if mode not in ("auto", "required"):
+        raise BadRequest(f"{where}.mode must be 'auto' or 'required'.", param=f"{where}.mode")
+    listed = allowed.get("tools")
+    if not isinstance(listed, list) or not listed:
+        raise BadRequest(f"{where}.tools must be a non-empty array.", param=f"{where}.tools")
+    names: list[str] = []
+    for i, t in enumerate(listed):
+        fn = t.get("function") if isinstance(t, Mapping) else None
+        name = fn.get("name") if isinstance(fn, Mapping) else t.get("name") if isinstance(t, Mapping) else None
+        if not isinstance(t, Mapping) or t.get("type", "function") != "function" or not isinstance(name, str):
+            raise BadRequest(f"{where}.tools[{i}] must be a function tool named as in tools.",
+                             param=f"{where}.tools[{i}]")
+        _declared(name, tools, f"{where}.tools[{i}]")
+        names.append(name)
+    return ToolChoice(mode, allowed=tuple(dict.fromkeys(names)))
+
+
+def _declared(name: str, tools: Sequence[Tool], where: str) -> None:
+    if name not in {t.name for t in tools}:
+        raise BadRequest(f"{where} names {name!r}, which is not in tools.", param=where, code="unknown_tool")
+
+
+def allowed_choice(mode: Any, names: Sequence[str]) -> dict:
+    """The chat `allowed_tools` tool_choice for a mode and the names it allows."""
+    return {"type": ALLOWED, ALLOWED: {"mode": mode, "tools": [{"type": "function", "function": {"name": n}}
+                                                               for n in names]}}
 
 
 def check_tool_results(messages: Iterable[Any]) -> None:

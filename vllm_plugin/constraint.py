@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from toolbridge.engine import (MAX_WHITESPACE, PLAIN, USER, BadRequest, Dialect, Frame, Memo, Tool, ToolChoice,
-                               ToolRequest, constrain, entries, frames, prepare, separator)
+                               ToolRequest, constrain, entries, frames, plain_data, prepare, separator)
 
 log = logging.getLogger("toolbridge.vllm")
 
@@ -35,9 +35,11 @@ def _tag(f: Frame) -> dict:
             "end": f.end}
 
 
-def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel: bool, formats: bool = False) -> dict:
-    """xgrammar structural tag for calls to these tools (auto: armed by every entry's trigger)."""
-    if choice.mode == "auto":
+def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel: bool, formats: bool = False,
+           final: dict | None = None) -> dict:
+    """xgrammar structural tag for calls to these tools (auto: armed by every entry's trigger; beside a
+    `final` JSON schema: calls, or a final answer that follows it, toolbridge.request.EITHER)."""
+    if choice.mode == "auto" and final is None:
         lazy = entries(tools, dialect, formats)
         fmt = {"type": "triggered_tags", "triggers": [e.trigger for e in lazy],
                "tags": [_tag(f) for e in lazy for f in e.frames(choice)],
@@ -46,6 +48,8 @@ def render(tools: Sequence[Tool], dialect: Dialect, choice: ToolChoice, parallel
         fmt = {"type": "tags_with_separator", "tags": [_tag(f) for f in frames(tools, dialect, choice, formats)],
                "separator": separator(dialect),
                "at_least_one": True, "stop_after_first": not parallel or choice.mode == "named"}
+    if final is not None:
+        fmt = {"type": "or", "elements": [fmt, {"type": "json_schema", "json_schema": final}]}
     return {"type": "structural_tag", "format": fmt}
 
 
@@ -69,7 +73,8 @@ def structural_tag(req: ToolRequest) -> str | None:
     constraint can be built (calls are then parsed unconstrained)."""
     def build(tools: Sequence[Tool], choice: ToolChoice) -> str | None:
         def spec(part: Sequence[Tool]) -> str:
-            return json.dumps(render(part, req.dialect, choice, req.parallel, req.decisions.formats), ensure_ascii=False)
+            return json.dumps(render(part, req.dialect, choice, req.parallel, req.decisions.formats, req.final),
+                              ensure_ascii=False)
 
         if choice.mode == "named" or len(tools) < 2 * MIN_SLICE:
             whole = spec(tools)
@@ -78,8 +83,9 @@ def structural_tag(req: ToolRequest) -> str | None:
         slices = [spec(tools[i::n]) for i in range(n)]
         return spec(tools) if all(_POOL.map(compiles, slices)) else None
 
-    return req.toolset.memo(("vllm-structural-tag", req.dialect.name, req.choice, req.parallel, req.decisions.formats),
-                            lambda: constrain(req.tools, req.choice, build))
+    final = json.dumps(req.final, sort_keys=True) if req.final is not None else None
+    return req.toolset.memo(("vllm-structural-tag", req.dialect.name, req.choice, req.parallel, req.decisions.formats,
+                             final), lambda: constrain(req.tools, req.choice, build))
 
 
 # Structured-output constraints other than a structural tag.
@@ -95,7 +101,8 @@ def only_tag(so: Any) -> str | None:
 def planned(fields: dict, user: bool | str) -> ToolRequest:
     """The plan of a request whose constraint of its own is `user` (user_constraint): toolbridge's own
     plan where that is the structural tag toolbridge sets for it, else the core's (BadRequest for a
-    request answered 400). `fields`: prepare's arguments. The parser and the request check plan alike."""
+    request answered 400). `fields`: prepare's arguments, its `response_format` among them. The parser
+    and the request check plan alike."""
     own = _own_plan(fields, user) if isinstance(user, str) else None
     return own if own is not None else prepare(**fields, user_constraint=bool(user))
 
@@ -103,9 +110,11 @@ def planned(fields: dict, user: bool | str) -> ToolRequest:
 def _own_plan(fields: dict, tag: str) -> ToolRequest | None:
     """The request's plan when its sole constraint, `tag`, is the structural tag toolbridge itself sets
     for it, carried in: vLLM's render / derender split hands /derender the request as adjust_request
-    left it, and the request check reads the body before the parser does."""
+    left it (its response_format taken out, and kept in the tag: `render`'s `final`), and the request
+    check reads the body before the parser does."""
     try:
-        req = prepare(**fields, user_constraint=False)
+        req = prepare(**{**fields, "response_format": _final_of(tag) or fields.get("response_format")},
+                      user_constraint=False)
     except BadRequest:
         return None
     ours = structural_tag(req) if req.mode not in (PLAIN, USER) else None
@@ -119,13 +128,29 @@ def _same_json(a: str, b: str) -> bool:
         return a == b
 
 
-def user_constraint(request: Any) -> bool | str:
-    """Whether a request constrains its answer itself (response_format, a Responses text format,
-    structured outputs). A structural tag that is the sole constraint is returned: it may be the
-    one toolbridge set for this request in another process (the parser recognises it by content)."""
+def _final_of(tag: str) -> dict | None:
+    """The response format a structural tag toolbridge set holds beside its calls (`render`'s `final`)."""
+    try:
+        fmt = json.loads(tag).get("format") or {}
+        return {"type": "json_schema", "json_schema": {"schema": fmt["elements"][1]["json_schema"]}} \
+            if fmt.get("type") == "or" else None
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
+        return None
+
+
+def response_format(request: Any) -> Any:
+    """A request's own response format, as plain data: a chat request's `response_format`, a Responses
+    request's `text.format` (toolbridge.request.final_format reads both shapes)."""
     rf = getattr(request, "response_format", None) or getattr(getattr(request, "text", None), "format", None)
-    if rf is not None and getattr(rf, "type", "text") != "text":
-        return True
+    if hasattr(rf, "model_dump"):  # by alias: a Responses format's `schema` field is `schema_` in vLLM's model
+        return rf.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return plain_data(rf) if rf is not None else None
+
+
+def user_constraint(request: Any) -> bool | str:
+    """Whether a request constrains its answer itself by other means than its response format
+    (structured outputs). A structural tag that is the sole constraint is returned: it may be the
+    one toolbridge set for this request in another process (the parser recognises it by content)."""
     so = getattr(request, "structured_outputs", None)
     if so is None:
         return False

@@ -26,11 +26,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, check_environment, read_stock, renders_tools,
-                               served_dialect)
+from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, allowed_choice, check_environment, read_stock,
+                               renders_tools, served_dialect)
 from toolbridge.serving import again, cut
-from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, CheckMiddleware, Passed
-from toolbridge.serving.shape import CHAT, MESSAGES
+from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, CheckMiddleware, Passed, check_chat, check_responses
+from toolbridge.serving.shape import CHAT, MESSAGES, RESPONSES
 from vllm_plugin.constraint import planned, user_constraint
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 AGAIN = "toolbridge_again"  # the `vllm_xargs` key that marks the second answer of a request, and how it is asked:
 IN_TEXT, UNBIASED = 1, 2  # with every call opening held back; without the start bias toward calls
 WATCHED = 3  # the first answer, whose start the check watches: one the bias chose and the model left ends there
+ALLOWED = "toolbridge_allowed"  # the `vllm_xargs` key that carries an allowed_tools choice's names (carry_allowed)
 USAGE_ASKED = "toolbridge_usage_asked"  # scope state: the client asked for a streamed chat answer's usage
 
 
@@ -50,15 +51,22 @@ class RequestCheck(CheckMiddleware):
         self.tool_trained = tool_trained
 
     def check(self, data: dict) -> bool | Passed:
-        super().check(data)
+        planned_here = check_chat(data)
         changed = False
         xargs = data.get("vllm_xargs")
-        if isinstance(xargs, dict) and AGAIN in xargs:
-            data["vllm_xargs"] = {k: v for k, v in xargs.items() if k != AGAIN}
+        if isinstance(xargs, dict) and (AGAIN in xargs or ALLOWED in xargs):  # the check's own keys
+            data["vllm_xargs"] = {k: v for k, v in xargs.items() if k not in (AGAIN, ALLOWED)}
             changed = True
+        changed = carry_allowed(data, planned_here) or changed
         if data.get("tools") and data.get("stream") and cut.limit_of(data):  # its usage says whether it was cut
             return Passed({USAGE_ASKED: cut.asks_usage(data)})
         return changed
+
+    def route(self, path: str) -> tuple[str, Callable[[dict], bool | Passed], Callable[[BadRequest], dict]] | None:
+        found = super().route(path)
+        if found is not None and found[0] == RESPONSES:
+            return RESPONSES, lambda data: carry_allowed(data, check_responses(data)), found[2]
+        return found
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
         path = scope.get("path", "")
@@ -82,21 +90,39 @@ class RequestCheck(CheckMiddleware):
         the parser answers 400)."""
         if not data.get("tools"):
             return None
-        kw = dict({k: data.get(k) for k in ("tools", "tool_choice", "parallel_tool_calls", "stop")},
+        kw = dict({k: data.get(k) for k in ("tools", "parallel_tool_calls", "stop")},
+                  tool_choice=choice_of(data.get("tool_choice"), data.get("vllm_xargs")),
                   messages=data.get("messages") or [], template_kwargs=data.get("chat_template_kwargs"),
-                  tool_trained=self.tool_trained)
+                  response_format=data.get("response_format"), tool_trained=self.tool_trained)
         try:
             return planned(kw, user_constraint(_fields(data)))
         except BadRequest:
             return None
 
 
+def carry_allowed(data: dict, req: ToolRequest) -> bool:
+    """A body whose tool_choice is `allowed_tools`, rewritten for vLLM's request models, which do not
+    take it: the choice's mode in its place, and the names it allows in `vllm_xargs` (ALLOWED), where
+    the parser reads them back (`choice_of`). True where the body was changed."""
+    if req.choice.allowed is None:
+        return False
+    xargs = data.get("vllm_xargs") if isinstance(data.get("vllm_xargs"), dict) else {}
+    data["tool_choice"] = req.choice.mode
+    data["vllm_xargs"] = {**xargs, ALLOWED: list(req.choice.allowed)}
+    return True
+
+
+def choice_of(tool_choice: Any, xargs: Any) -> Any:
+    """A request's tool_choice as the client sent it: `allowed_tools` again where the check carried it
+    in `vllm_xargs` (carry_allowed)."""
+    names = xargs.get(ALLOWED) if isinstance(xargs, dict) else None
+    return allowed_choice(tool_choice, names) if isinstance(names, list) else tool_choice
+
+
 def _fields(data: dict) -> SimpleNamespace:
-    """The body's constraint fields as vLLM's request object holds them (attributes)."""
-    def obj(value: Any) -> Any:
-        return SimpleNamespace(**value) if isinstance(value, dict) else value
-    return SimpleNamespace(response_format=obj(data.get("response_format")),
-                           structured_outputs=obj(data.get("structured_outputs")))
+    """The body's structured outputs as vLLM's request object holds them (attributes)."""
+    so = data.get("structured_outputs")
+    return SimpleNamespace(structured_outputs=SimpleNamespace(**so) if isinstance(so, dict) else so)
 
 
 def _marked(data: dict, how: int) -> bytes:
@@ -200,4 +226,5 @@ def _is_dir(text: str) -> bool:
         return False
 
 
-__all__ = ["AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "RequestCheck", "install", "check_template", "tool_trained"]
+__all__ = ["ALLOWED", "AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "RequestCheck", "carry_allowed", "choice_of", "install",
+           "check_template", "tool_trained"]

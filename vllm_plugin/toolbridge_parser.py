@@ -19,8 +19,8 @@ from toolbridge.engine import (ARG, EFFORT_BUDGETS, PLAIN, USER, BadRequest, Cal
                                StreamParser, ToolRequest, check_environment, delta, hf_vocabulary, plain_data,
                                renders_tools, text_only)
 from toolbridge.apis import responses
-from vllm_plugin.constraint import memoize_validation, planned, structural_tag, user_constraint
-from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, install as install_request_check
+from vllm_plugin.constraint import memoize_validation, planned, response_format, structural_tag, user_constraint
+from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, choice_of, install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -199,12 +199,15 @@ def _fields(request: Any) -> dict:
     chat = hasattr(request, "messages")
     effort = request.reasoning_effort if chat else getattr(request.reasoning, "effort", None)
     own = {"template_kwargs": getattr(request, "chat_template_kwargs", None),
+           "response_format": response_format(request),
            "thinking_budget": getattr(request, "thinking_token_budget", None),
            "reasoning_effort": effort if effort in EFFORT_BUDGETS else None}  # vLLM checked the others itself
+    xargs = getattr(request, "vllm_xargs", None)  # an allowed_tools choice, carried by the request check
     if not chat:
         body = responses.chat_request(request.model_dump(mode="json", include=RESPONSES_FIELDS, exclude_none=True))
-        return {**own, **{k: body.get(k) for k in ("tools", "tool_choice", "messages", "parallel_tool_calls", "stop")}}
-    return {**own, "tools": request.tools, "tool_choice": plain_data(request.tool_choice),
+        return {**own, **{k: body.get(k) for k in ("tools", "messages", "parallel_tool_calls", "stop")},
+                "tool_choice": choice_of(body.get("tool_choice"), xargs)}
+    return {**own, "tools": request.tools, "tool_choice": choice_of(plain_data(request.tool_choice), xargs),
             "messages": request.messages,  # vLLM's request model keeps messages as dicts already
             "parallel_tool_calls": request.parallel_tool_calls, "stop": request.stop}
 

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from ..deltas import REASONING_FIELD
 from ..errors import BadRequest
 from ..thinking import effort_budget
+from ..tools import ALLOWED
 from .fields import new_id, string_field
 
 # Sampling fields that mean the same in both APIs, and the engines' own extras clients send
@@ -222,12 +223,19 @@ def call_names(tools: Any) -> dict[str, tuple[str, str | None]]:
 
 
 def chat_tool_choice(choice: Any) -> Any:
+    """Responses tool_choice -> chat tool_choice: a named function or custom tool, and `allowed_tools`
+    ({"type": "allowed_tools", "mode": ..., "tools": [{"type": "function", "name": ...}]}) in its chat shape."""
     if isinstance(choice, str):
         return choice
     if isinstance(choice, Mapping) and choice.get("type") in ("function", "custom"):
         return {"type": "function", "function": {"name": choice.get("name")}}
-    raise BadRequest("tool_choice must be 'auto', 'required', 'none' or {\"type\": \"function\", \"name\": ...}.",
-                     param="tool_choice")
+    if isinstance(choice, Mapping) and choice.get("type") == ALLOWED:
+        tools = choice.get("tools")
+        return {"type": ALLOWED, ALLOWED: {"mode": choice.get("mode"), "tools": [
+            {"type": "function", "function": {"name": t.get("name")}} if isinstance(t, Mapping) and
+            t.get("type") in ("function", "custom") else t for t in tools] if isinstance(tools, list) else tools}}
+    raise BadRequest("tool_choice must be 'auto', 'required', 'none', {\"type\": \"function\", \"name\": ...} or "
+                     "{\"type\": \"allowed_tools\", \"mode\": ..., \"tools\": [...]}.", param="tool_choice")
 
 
 # -- writers ---------------------------------------------------------------------------------------

@@ -245,6 +245,7 @@ class CustomToolDef(Strict):
     name: str
     description: Optional[str] = None
     input_schema: Object
+    strict: Optional[bool] = None  # accepted: toolbridge constrains every call to its schema already
 
 
 # a tool without a type is a custom one; a server tool (bash_..., web_search_...) is refused by the reader

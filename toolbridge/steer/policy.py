@@ -52,7 +52,9 @@ class Decisions:
     enough: float = 0.0  # after later calls, with two or more of `asked`, each called
     close_bias: float = 0.0  # inside a call, after every required argument, on closing it
     end_after_calls: bool = True  # text after a complete call is not the answer's
-    hold_after_calls: bool = False  # the engines hold the token after a complete call (toolbridge.steer.ending)
+    # the engines hold the token after a complete call (toolbridge.steer.ending): where text after calls is
+    # not the answer's, and where parallel calls are off (no second call is generated, whatever the option)
+    hold_after_calls: bool = False
     in_text: bool = False  # asked again in text: every call opening banned (ToolRequest.in_text)
     grounded: bool = False  # the first call's values must come from the conversation
     formats: bool = False  # string arguments follow their description's examples
@@ -95,7 +97,7 @@ class Policy:
         return Decisions(steers=lazy and bool(start or next_bias or asked), start_bias=start, next_bias=next_bias,
                          asked=asked, again=AGAIN if named else 0.0, enough=ENOUGH if named else 0.0,
                          close_bias=self.close_bias, end_after_calls=self.end_after_calls,
-                         hold_after_calls=lazy and self.end_after_calls,
+                         hold_after_calls=lazy and (self.end_after_calls or not parallel),
                          grounded=lazy and "grounded" in self.word_checks, formats=self.formats,
                          thinking_budget=self.thinking_budget)
 

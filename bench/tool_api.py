@@ -1,0 +1,130 @@
+"""The tool API parts that need a grammar, measured on a running server (Chat Completions, temperature 0):
+
+    python bench/tool_api.py --base-url http://127.0.0.1:8000/v1 [--model NAME] [--json out.json]
+
+- allowed_tools: the 20 tool questions of bench/answer_start.py, each with only the *other* tool allowed,
+  under `required` and `auto`: calls, and calls to a tool outside the allowed set (must be 0);
+- response_format beside tools (`auto`, a json_schema final answer): the 20 tool questions and 20 of the
+  no-tool ones, with and without the format: calls, final answers, final answers that validate against
+  the schema (every finished one must), answers cut by max_tokens;
+- parallel_tool_calls: 20 questions that ask for two calls, under `required` and `auto`, with parallel
+  calls on and off: answers with two or more calls (must be 0 where off).
+Prints one table per part.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from answer_start import PLAIN, TOOL, TOOLS  # noqa: E402
+
+NAMES = [t["function"]["name"] for t in TOOLS]
+FINAL = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 200}}, "required": ["answer"],
+         "additionalProperties": False}
+CITIES = ["Paris", "Rome", "Tokyo", "Berlin", "Madrid", "Oslo", "Cairo", "Lima", "Seoul", "Dublin"]
+TWO_CALLS = ([f"What is the weather in {a} and in {b}?" for a, b in zip(CITIES[::2], CITIES[1::2])]
+             + [f"Get the weather for {a}, then the weather for {b}." for a, b in zip(CITIES[1::2], CITIES[::2])]
+             + [f"Search the web for {a} and for {b}." for a, b in (("cats", "dogs"), ("tea", "coffee"),
+                                                                   ("Mars", "Venus"), ("jazz", "opera"),
+                                                                   ("chess", "go"))]
+             + [f"What is the weather in {c}, and search the web for its museums." for c in CITIES[:5]])
+
+
+def ask(client, model: str, question: str, max_tokens: int = 64, **kw) -> dict:
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": question}], tools=TOOLS,
+                                       temperature=0, max_tokens=max_tokens, **kw)
+    choice = r.choices[0]
+    return {"question": question, "calls": [c.function.name for c in choice.message.tool_calls or ()],
+            "content": choice.message.content or "", "finish": choice.finish_reason}
+
+
+def allowed(client, model: str) -> list[dict]:
+    rows = []
+    for i, q in enumerate(TOOL):
+        own = "get_weather" if i < 10 else "search"  # bench/answer_start.py: 10 weather, then 10 search questions
+        other = [n for n in NAMES if n != own]
+        for mode in ("required", "auto"):
+            choice = {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": [
+                {"type": "function", "function": {"name": n}} for n in other]}}
+            rows.append({**ask(client, model, q, tool_choice=choice), "mode": mode, "allowed": other})
+    return rows
+
+
+def formats(client, model: str) -> list[dict]:
+    rows = []
+    for q, needs in [(q, True) for q in TOOL] + [(q, False) for q in PLAIN[:20]]:
+        for fmt in (True, False):
+            kw = {"response_format": {"type": "json_schema", "json_schema": {"name": "answer", "schema": FINAL}}} \
+                if fmt else {}
+            row = {**ask(client, model, q, max_tokens=96, tool_choice="auto", **kw), "format": fmt, "needs": needs}
+            if fmt and not row["calls"] and row["finish"] == "stop":
+                try:
+                    jsonschema.validate(json.loads(row["content"]), FINAL)
+                    row["valid"] = True
+                except (ValueError, jsonschema.ValidationError):
+                    row["valid"] = False
+            rows.append(row)
+    return rows
+
+
+def parallel(client, model: str) -> list[dict]:
+    rows = []
+    for q in TWO_CALLS:
+        for mode in ("required", "auto"):
+            for on in (True, False):
+                rows.append({**ask(client, model, q, max_tokens=128, tool_choice=mode, parallel_tool_calls=on),
+                             "mode": mode, "parallel": on})
+    return rows
+
+
+def report(out: dict) -> str:
+    lines = ["allowed_tools (20 questions, only the other tool allowed):",
+             "| mode | answers | with calls | calls outside the set |", "|---|---|---|---|"]
+    for mode in ("required", "auto"):
+        rows = [r for r in out["allowed"] if r["mode"] == mode]
+        lines.append(f"| {mode} | {len(rows)} | {sum(bool(r['calls']) for r in rows)} | "
+                     f"{sum(any(c not in r['allowed'] for c in r['calls']) for r in rows)} |")
+    lines += ["", "response_format beside tools (auto):",
+              "| questions | format | answers | with calls | final answers | finals that validate | cut |",
+              "|---|---|---|---|---|---|---|"]
+    for needs in (True, False):
+        for fmt in (True, False):
+            rows = [r for r in out["formats"] if r["needs"] == needs and r["format"] == fmt]
+            finals = [r for r in rows if not r["calls"] and r["finish"] == "stop"]
+            valid = str(sum(r.get("valid", False) for r in finals)) if fmt else "-"
+            lines.append(f"| {'need a tool' if needs else 'need none'} | {'json_schema' if fmt else 'none'} | "
+                         f"{len(rows)} | {sum(bool(r['calls']) for r in rows)} | {len(finals)} | {valid} | "
+                         f"{sum(r['finish'] == 'length' and not r['calls'] for r in rows)} |")
+    lines += ["", "parallel_tool_calls (20 questions that ask for two calls):",
+              "| mode | parallel | answers | with calls | with 2+ calls |", "|---|---|---|---|---|"]
+    for mode in ("required", "auto"):
+        for on in (True, False):
+            rows = [r for r in out["parallel"] if r["mode"] == mode and r["parallel"] == on]
+            lines.append(f"| {mode} | {'on' if on else 'off'} | {len(rows)} | {sum(bool(r['calls']) for r in rows)} | "
+                         f"{sum(len(r['calls']) >= 2 for r in rows)} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--base-url", required=True)
+    p.add_argument("--model", default=None)
+    p.add_argument("--json", default=None, help="save every answer here")
+    args = p.parse_args()
+    import openai
+
+    client = openai.OpenAI(base_url=args.base_url, api_key="none", timeout=600)
+    model = args.model or client.models.list().data[0].id
+    out = {"allowed": allowed(client, model), "formats": formats(client, model), "parallel": parallel(client, model)}
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=1))
+    print(report(out))
+
+
+if __name__ == "__main__":
+    main()
