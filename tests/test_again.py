@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from toolbridge.request import prepare
 from toolbridge.serving import again
-from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, RequestCheck
+from vllm_plugin.middleware import AGAIN, IN_TEXT, PLAN, UNBIASED, WATCHED, RequestCheck
 
 CHECKED = {"tb_word_checks": "grounded"}  # the check these tests are about, whatever the defaults
 
@@ -220,7 +220,12 @@ def test_a_clients_own_mark_is_taken_out():
         await send({"type": "http.response.body", "body": answer, "more_body": False})
 
     assert body_of(through_the_check(app, body)) == answer
-    assert got[0]["vllm_xargs"] == {"other": "kept", AGAIN: WATCHED}  # the check's own mark: its start is watched
+    assert own_xargs(got[0]) == {"other": "kept", AGAIN: WATCHED}  # the check's own mark: its start is watched
+
+
+def own_xargs(body: dict) -> dict:
+    """The body's `vllm_xargs` but the key its plan was handed on under (vllm_plugin.middleware.hand_on)."""
+    return {k: v for k, v in (body.get("vllm_xargs") or {}).items() if k != PLAN}
 
 
 def asked_unbiased(body: dict) -> bool:
@@ -259,7 +264,7 @@ def test_an_answer_ended_inside_a_biased_start_is_asked_again_without_the_bias(c
     `<`); the request check asks again without the start bias, under the first answer's id."""
     body = {**request(ANNA, True), "chat_template_kwargs": BIASED}
     sent, bodies = serve_bodies(body, [text_stream("first", "<"), TEXT_STREAM], cuts)
-    assert [asked_unbiased(b) for b in bodies] == [False, True] and bodies[0]["vllm_xargs"] == {AGAIN: WATCHED}
+    assert [asked_unbiased(b) for b in bodies] == [False, True] and own_xargs(bodies[0]) == {AGAIN: WATCHED}
     got = [json.loads(e[6:]) for e in body_of(sent).split(b"\n\n") if e.startswith(b"data: {")]
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in got if c["choices"]) == "Which account?"
     assert {c["id"] for c in got} == {"first"} and got[-1]["usage"]["completion_tokens"] == 4 + 2
@@ -280,7 +285,7 @@ def test_the_models_own_text_and_an_unbiased_start_pass_unchanged(cuts):
     unbiased = {**body, "chat_template_kwargs": {"tb_call_bias": 0}}
     ended = text_stream("first", "<")
     sent, bodies = serve_bodies(unbiased, [ended], cuts)
-    assert len(bodies) == 1 and body_of(sent) == ended and not bodies[0].get("vllm_xargs")  # not watched
+    assert len(bodies) == 1 and body_of(sent) == ended and not own_xargs(bodies[0])  # not watched
     whole_body = {**request(ANNA, False), "chat_template_kwargs": BIASED}
     answer = whole("first", {"role": "assistant", "content": "<pre> hi"}, 3)
     sent, bodies = serve_bodies(whole_body, [answer], cuts)

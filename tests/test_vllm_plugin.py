@@ -176,6 +176,37 @@ def test_one_plan_per_request(monkeypatch):
     assert len(planned) == 1
 
 
+@pytest.mark.parametrize("route", ["chat", "responses"])
+def test_the_request_check_plans_once_and_the_parser_takes_its_plan(monkeypatch, route):
+    """The request check makes the body's whole plan (its options, response format and thinking budget
+    included) and hands it on in `vllm_xargs`; the parser, given vLLM's request object made from that body,
+    takes it: one plan per request from the check to the answer. A client's own key is taken out."""
+    import toolbridge.request as core
+    from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+
+    from vllm_plugin.middleware import PLAN, RequestCheck
+    made = []
+    real = core.plan
+    monkeypatch.setattr(core, "plan", lambda *a, **kw: made.append(kw) or real(*a, **kw))
+    options = {"tb_dialect": "json", "tb_call_bias": 2}
+    if route == "chat":
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": TOOLS, "tool_choice": "required",
+                "chat_template_kwargs": options, "stop": ["<tool_call>"], "vllm_xargs": {PLAN: "forged"}}
+        check, model = RequestCheck(None).check, ChatCompletionRequest
+    else:
+        body = {"model": "m", "input": "hi", "tools": [{"type": "function", **t["function"]} for t in TOOLS],
+                "tool_choice": "required", "chat_template_kwargs": options, "vllm_xargs": {PLAN: "forged"}}
+        check, model = RequestCheck(None).check_responses, ResponsesRequest
+    assert check(body) is True and body["vllm_xargs"][PLAN] != "forged"
+    request = model.model_validate(body)
+    ToolbridgeToolParser(None).adjust_request(request)
+    out = '{"name": "search", "arguments": {"query": "x"}}'
+    info = ToolbridgeToolParser(None).extract_tool_calls(out, request)
+    assert [c.function.name for c in info.tool_calls] == ["search"]
+    assert len(made) == 1 and made[0]["template_kwargs"] == options  # the request's own dialect: json
+    assert '"begin": "{\\"name\\": \\"search\\"' in json.dumps(tag_of(request))  # the json dialect's frame
+
+
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "search"}}])
 def test_own_constraint_is_recognised_on_a_copy_of_the_request(choice):
     """Where the plan kept with the request is not there (vLLM's /derender gets the adjusted request

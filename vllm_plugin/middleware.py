@@ -22,14 +22,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Callable
 
-from toolbridge.engine import (DIALECT_ENV, BadRequest, ToolRequest, allowed_choice, check_environment, read_stock,
-                               renders_tools, served_dialect)
+from toolbridge.engine import (DIALECT_ENV, EFFORT_BUDGETS, BadRequest, Memo, ToolRequest, allowed_choice,
+                               check_environment, read_stock, renders_tools, served_dialect)
+from toolbridge.apis import responses, validate
 from toolbridge.serving import again, cut
-from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, CheckMiddleware, Passed, check_chat, check_responses
+from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, CheckMiddleware, Passed
 from toolbridge.serving.shape import CHAT, MESSAGES, RESPONSES
 from vllm_plugin.constraint import planned, user_constraint
 
@@ -38,7 +40,9 @@ log = logging.getLogger(__name__)
 AGAIN = "toolbridge_again"  # the `vllm_xargs` key that marks the second answer of a request, and how it is asked:
 IN_TEXT, UNBIASED = 1, 2  # with every call opening held back; without the start bias toward calls
 WATCHED = 3  # the first answer, whose start the check watches: one the bias chose and the model left ends there
-ALLOWED = "toolbridge_allowed"  # the `vllm_xargs` key that carries an allowed_tools choice's names (carry_allowed)
+ALLOWED = "toolbridge_allowed"  # the `vllm_xargs` key that carries an allowed_tools choice's names (hand_on)
+PLAN = "toolbridge_plan"  # the `vllm_xargs` key under which the check hands its plan on to the parser (hand_on)
+OWN_KEYS = (AGAIN, ALLOWED, PLAN)  # a client's own are taken out
 USAGE_ASKED = "toolbridge_usage_asked"  # scope state: the client asked for a streamed chat answer's usage
 
 
@@ -51,22 +55,28 @@ class RequestCheck(CheckMiddleware):
         self.tool_trained = tool_trained
 
     def check(self, data: dict) -> bool | Passed:
-        planned_here = check_chat(data)
-        changed = False
+        """A chat body: its whole plan, made here once (a 400 where the plan refuses it) and handed on to
+        the parser (`hand_on`); the check's own `vllm_xargs` keys a client sent taken out."""
         xargs = data.get("vllm_xargs")
-        if isinstance(xargs, dict) and (AGAIN in xargs or ALLOWED in xargs):  # the check's own keys
-            data["vllm_xargs"] = {k: v for k, v in xargs.items() if k not in (AGAIN, ALLOWED)}
-            changed = True
-        changed = carry_allowed(data, planned_here) or changed
+        if isinstance(xargs, dict) and any(k in xargs for k in OWN_KEYS):
+            data["vllm_xargs"] = {k: v for k, v in xargs.items() if k not in OWN_KEYS}
+        hand_on(data, body_plan(data, self.tool_trained))
         if data.get("tools") and data.get("stream") and cut.limit_of(data):  # its usage says whether it was cut
             return Passed({USAGE_ASKED: cut.asks_usage(data)})
-        return changed
+        return True
 
     def route(self, path: str) -> tuple[str, Callable[[dict], bool | Passed], Callable[[BadRequest], dict]] | None:
         found = super().route(path)
         if found is not None and found[0] == RESPONSES:
-            return RESPONSES, lambda data: carry_allowed(data, check_responses(data)), found[2]
+            return RESPONSES, self.check_responses, found[2]
         return found
+
+    def check_responses(self, data: dict) -> bool:
+        """A Responses body: checked against the API's schema, then planned whole once from its chat request
+        (toolbridge.serving.asgi.check_responses, with the request's own options) and handed on."""
+        validate.responses_body(data)
+        hand_on(data, body_plan(responses.chat_request(data), self.tool_trained))
+        return True
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
         path = scope.get("path", "")
@@ -86,35 +96,54 @@ class RequestCheck(CheckMiddleware):
             await super().answer(scope, body, receive, send, data)
 
     def plan(self, data: dict) -> ToolRequest | None:
-        """The chat request's plan, as the parser makes it (None without tools, or for a request
-        the parser answers 400)."""
-        if not data.get("tools"):
-            return None
-        kw = dict({k: data.get(k) for k in ("tools", "parallel_tool_calls", "stop")},
-                  tool_choice=choice_of(data.get("tool_choice"), data.get("vllm_xargs")),
-                  messages=data.get("messages") or [], template_kwargs=data.get("chat_template_kwargs"),
-                  response_format=data.get("response_format"), tool_trained=self.tool_trained)
-        try:
-            return planned(kw, user_constraint(_fields(data)))
-        except BadRequest:
-            return None
+        """The chat request's plan, as the check made it (None without tools)."""
+        return handed(data.get("vllm_xargs")) if data.get("tools") else None
 
 
-def carry_allowed(data: dict, req: ToolRequest) -> bool:
-    """A body whose tool_choice is `allowed_tools`, rewritten for vLLM's request models, which do not
-    take it: the choice's mode in its place, and the names it allows in `vllm_xargs` (ALLOWED), where
-    the parser reads them back (`choice_of`). True where the body was changed."""
-    if req.choice.allowed is None:
-        return False
+def body_plan(body: dict, tool_trained: bool) -> ToolRequest:
+    """A chat body's whole plan, as the parser makes it from vLLM's request object (toolbridge_parser._fields):
+    its tool fields, options, response format, thinking budget and own constraint (BadRequest for a 400)."""
+    effort, budget = body.get("reasoning_effort"), body.get("thinking_token_budget")
+    kw = dict({k: body.get(k) for k in ("tools", "functions", "function_call", "parallel_tool_calls", "stop",
+                                       "response_format")},
+              tool_choice=choice_of(body.get("tool_choice"), body.get("vllm_xargs")),
+              messages=body.get("messages") if isinstance(body.get("messages"), list) else [],
+              template_kwargs=body.get("chat_template_kwargs"), tool_trained=tool_trained,
+              thinking_budget=budget if type(budget) is int else None,  # vLLM checks a wrongly typed one itself
+              reasoning_effort=effort if isinstance(effort, str) and effort in EFFORT_BUDGETS else None)
+    return planned(kw, user_constraint(_fields(body)))
+
+
+# The plans the check made, by the key it put in their bodies' `vllm_xargs` (PLAN): the parser, in the
+# same process, takes the plan instead of making it again (`handed`); a process that did not check the
+# body (vLLM's /derender in another process) plans it itself.
+_HANDED: Memo[ToolRequest] = Memo(1024)
+
+
+def hand_on(data: dict, req: ToolRequest) -> None:
+    """Hand `req` on to the parser with the body: under a new key in `vllm_xargs` (PLAN). A body whose
+    tool_choice is `allowed_tools` is rewritten for vLLM's request models, which do not take it: the
+    choice's mode in its place, and the names it allows in `vllm_xargs` (ALLOWED), where a parser that
+    plans the request itself reads them back (`choice_of`)."""
     xargs = data.get("vllm_xargs") if isinstance(data.get("vllm_xargs"), dict) else {}
-    data["tool_choice"] = req.choice.mode
-    data["vllm_xargs"] = {**xargs, ALLOWED: list(req.choice.allowed)}
-    return True
+    key = uuid.uuid4().hex
+    _HANDED.get(key, lambda: req)
+    xargs = {**xargs, PLAN: key}
+    if req.choice.allowed is not None:
+        data["tool_choice"] = req.choice.mode
+        xargs[ALLOWED] = list(req.choice.allowed)
+    data["vllm_xargs"] = xargs
+
+
+def handed(xargs: Any) -> ToolRequest | None:
+    """The plan the check handed on with a request whose `vllm_xargs` are `xargs`, if this process made it."""
+    key = xargs.get(PLAN) if isinstance(xargs, dict) else None
+    return _HANDED.get(key, lambda: None) if isinstance(key, str) and key in _HANDED else None
 
 
 def choice_of(tool_choice: Any, xargs: Any) -> Any:
     """A request's tool_choice as the client sent it: `allowed_tools` again where the check carried it
-    in `vllm_xargs` (carry_allowed)."""
+    in `vllm_xargs` (hand_on)."""
     names = xargs.get(ALLOWED) if isinstance(xargs, dict) else None
     return allowed_choice(tool_choice, names) if isinstance(names, list) else tool_choice
 
@@ -226,5 +255,5 @@ def _is_dir(text: str) -> bool:
         return False
 
 
-__all__ = ["ALLOWED", "AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "RequestCheck", "carry_allowed", "choice_of", "install",
-           "check_template", "tool_trained"]
+__all__ = ["ALLOWED", "AGAIN", "IN_TEXT", "UNBIASED", "WATCHED", "PLAN", "RequestCheck", "body_plan", "choice_of", "handed",
+           "hand_on", "install", "check_template", "tool_trained"]

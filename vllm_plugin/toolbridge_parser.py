@@ -20,7 +20,7 @@ from toolbridge.engine import (ARG, EFFORT_BUDGETS, PLAIN, USER, BadRequest, Cal
                                renders_tools, text_only)
 from toolbridge.apis import responses
 from vllm_plugin.constraint import memoize_validation, planned, response_format, structural_tag, user_constraint
-from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, choice_of, install as install_request_check
+from vllm_plugin.middleware import AGAIN, IN_TEXT, UNBIASED, WATCHED, choice_of, handed, install as install_request_check
 
 try:  # vLLM >= 0.11 with the unified parser layout (0.32: vllm.tool_parsers)
     from vllm.tool_parsers import ToolParser, ToolParserManager
@@ -160,17 +160,20 @@ _PLANS: dict[int, tuple[weakref.ref, ToolRequest]] = {}
 
 
 def _plan(request: Any, tokenizer: Any) -> ToolRequest:
-    """The request's plan: the one kept for it, else made now (the core's decision, for a chat or
-    a Responses request) and kept; vLLM answers a ValueError with 400."""
+    """The request's plan: the one kept for it, else the one the request check made for its body
+    (vllm_plugin.middleware.hand_on), else made now (the core's decision, for a chat or a Responses
+    request); then kept. vLLM answers a ValueError with 400."""
     key = id(request)
     kept = _PLANS.get(key)
     if kept is not None and kept[0]() is request:
         return kept[1]
-    try:
-        kw = dict(_fields(request), tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
-        req = planned(kw, user_constraint(request))
-    except BadRequest as e:
-        raise ValueError(e.message) from None
+    req = handed(getattr(request, "vllm_xargs", None))  # the request check planned it already
+    if req is None:
+        try:
+            kw = dict(_fields(request), tool_trained=renders_tools(getattr(tokenizer, "chat_template", None)))
+            req = planned(kw, user_constraint(request))
+        except BadRequest as e:
+            raise ValueError(e.message) from None
     try:
         _PLANS[key] = (weakref.ref(request, partial(_forget, key)), req)
     except TypeError:  # an object without weak references: planned again when asked again
