@@ -207,6 +207,23 @@ def test_the_request_check_plans_once_and_the_parser_takes_its_plan(monkeypatch,
     assert '"begin": "{\\"name\\": \\"search\\"' in json.dumps(tag_of(request))  # the json dialect's frame
 
 
+def test_the_plans_key_is_written_into_the_body_as_it_came():
+    """A body the check changes only by the plan's key gets the key written in at its start; the rest of
+    its text is kept byte for byte (not parsed and written again: that cost as much as reading it)."""
+    from toolbridge.serving.asgi import with_fields
+    from vllm_plugin.middleware import PLAN, RequestCheck
+
+    raw = json.dumps({"model": "m", "messages": [{"role": "user", "content": "h\u00e9"}], "tools": TOOLS}).encode()
+    data = json.loads(raw)
+    verdict = RequestCheck(None).check(data)
+    assert set(verdict.added) == {"vllm_xargs"} and PLAN in verdict.added["vllm_xargs"]
+    body = with_fields(raw, verdict.added)
+    assert body.endswith(raw[1:]) and json.loads(body) == data
+    assert with_fields(b" { }", {"a": 1}) == b' {"a": 1 }' and with_fields(b"{}", {}) == b"{}"
+    own = {**json.loads(raw), "vllm_xargs": {"x": 1}}  # a body with xargs of its own is written again whole
+    assert RequestCheck(None).check(own) is True and own["vllm_xargs"]["x"] == 1
+
+
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "search"}}])
 def test_own_constraint_is_recognised_on_a_copy_of_the_request(choice):
     """Where the plan kept with the request is not there (vLLM's /derender gets the adjusted request

@@ -58,12 +58,16 @@ class RequestCheck(CheckMiddleware):
         """A chat body: its whole plan, made here once (a 400 where the plan refuses it) and handed on to
         the parser (`hand_on`); the check's own `vllm_xargs` keys a client sent taken out."""
         xargs = data.get("vllm_xargs")
-        if isinstance(xargs, dict) and any(k in xargs for k in OWN_KEYS):
+        own = isinstance(xargs, dict) and any(k in xargs for k in OWN_KEYS)
+        if own:
             data["vllm_xargs"] = {k: v for k, v in xargs.items() if k not in OWN_KEYS}
-        hand_on(data, body_plan(data, self.tool_trained))
-        if data.get("tools") and data.get("stream") and cut.limit_of(data):  # its usage says whether it was cut
-            return Passed({USAGE_ASKED: cut.asks_usage(data)})
-        return True
+        req = body_plan(data, self.tool_trained)
+        hand_on(data, req)
+        state = {USAGE_ASKED: cut.asks_usage(data)} if data.get("tools") and data.get("stream") and cut.limit_of(data) \
+            else {}  # a stream's usage says whether it was cut
+        if own or xargs is not None or req.choice.allowed is not None or state:
+            return Passed(state) if state else True  # the body written again whole (asks_usage may add to it)
+        return Passed(added={"vllm_xargs": data["vllm_xargs"]})  # the key added to the body as it came
 
     def route(self, path: str) -> tuple[str, Callable[[dict], bool | Passed], Callable[[BadRequest], dict]] | None:
         found = super().route(path)
@@ -71,12 +75,15 @@ class RequestCheck(CheckMiddleware):
             return RESPONSES, self.check_responses, found[2]
         return found
 
-    def check_responses(self, data: dict) -> bool:
+    def check_responses(self, data: dict) -> bool | Passed:
         """A Responses body: checked against the API's schema, then planned whole once from its chat request
         (toolbridge.serving.asgi.check_responses, with the request's own options) and handed on."""
         validate.responses_body(data)
-        hand_on(data, body_plan(responses.chat_request(data), self.tool_trained))
-        return True
+        xargs = data.get("vllm_xargs")
+        req = body_plan(responses.chat_request(data), self.tool_trained)
+        hand_on(data, req)
+        return True if xargs is not None or req.choice.allowed is not None else Passed(
+            added={"vllm_xargs": data["vllm_xargs"]})
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
         path = scope.get("path", "")

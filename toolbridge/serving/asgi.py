@@ -15,7 +15,7 @@ for the route (`Passed`) in the request's scope state.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..apis import anthropic, responses, validate
@@ -93,10 +93,13 @@ def _anthropic_error(e: BadRequest) -> dict:
 
 @dataclass(frozen=True)
 class Passed:
-    """A check's verdict on a body it passed and changed, with what the route needs of what the
-    check read: `state`, added to the request's scope state (ASGI `scope["state"]`, which Starlette
-    routes read as `request.state`), so that the route does not read it again."""
-    state: Mapping[str, Any]
+    """A check's verdict on a body it passed, with what the route needs of what the check read:
+    `state`, added to the request's scope state (ASGI `scope["state"]`, which Starlette routes read as
+    `request.state`), so that the route does not read it again. The body is written again from `data`,
+    unless `added` names what the check changed: top-level fields it put into `data`, none of which
+    the body held before; those are written into the body's text as it came (`with_fields`)."""
+    state: Mapping[str, Any] = field(default_factory=dict)
+    added: Mapping[str, Any] | None = None
 
 
 def _list(value: Any) -> list:
@@ -147,7 +150,8 @@ class CheckMiddleware:
             await send_json(send, 400, error_body(e))
             return
         if verdict is True or isinstance(verdict, Passed):
-            body = json.dumps(data).encode("utf-8")
+            spliced = isinstance(verdict, Passed) and verdict.added is not None
+            body = with_fields(body, verdict.added) if spliced else json.dumps(data).encode("utf-8")
             scope = with_body(scope, body)
         if isinstance(verdict, Passed):
             scope["state"] = {**scope.get("state", {}), **verdict.state}
@@ -181,6 +185,17 @@ def replay(body: bytes, receive: Callable) -> Callable:
         return await receive()
 
     return receive_again
+
+
+def with_fields(body: bytes, added: Mapping[str, Any]) -> bytes:
+    """A JSON object's text with `added` top-level fields (keys it does not have) written in at its start:
+    the rest of the text is kept as it is, not parsed and written again."""
+    if not added:
+        return body
+    start = body.index(b"{") + 1
+    fields = json.dumps(dict(added)).encode("utf-8")[1:-1]
+    rest = body[start:]
+    return body[:start] + fields + (b"" if rest.lstrip().startswith(b"}") else b",") + rest
 
 
 def with_body(scope: dict, body: bytes, path: str | None = None) -> dict:
