@@ -34,3 +34,7 @@ class Memo(Generic[V]):
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._values
+
+    def find(self, key: Hashable) -> V | None:
+        """The value kept for `key`, or None (nothing is built or kept)."""
+        return self._values.get(key)

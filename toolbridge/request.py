@@ -25,10 +25,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable, Hashable, Mapping, Sequence, TypeVar
 
-import jsonschema_rs
-
 from .jsondata import plain_data
-from .schema import RefError, check_refs
 from .parsing.markers import TurnCut, plain_stops
 from .memo import Memo
 from .dialects import Dialect
@@ -49,8 +46,8 @@ from .steer.thinking import ThinkingEnd
 from .steer.vocab import Vocabulary
 from .thinking import DEFAULT_THINKING, with_budget
 from .parsing.stream import StreamParser
-from .tools import (Tool, ToolChoice, check_tool_results, legacy_tools, normalize_tool_choice, normalize_tools,
-                    tool_fields)
+from .tools import (Tool, ToolChoice, check_tool_results, compile_schema, legacy_tools, normalize_tool_choice,
+                    normalize_tools, tool_fields)
 
 T = TypeVar("T")
 
@@ -420,11 +417,9 @@ def final_format(response_format: Any) -> dict | None:
     try:
         if not isinstance(schema, Mapping):
             raise ValueError("not an object")
-        check_refs(schema)
-        jsonschema_rs.validator_for(schema, validate_formats=False, offline=True)
-    except (RefError, jsonschema_rs.ValidationError, ValueError) as e:
-        raise BadRequest(f"response_format's schema is not a valid JSON schema: {str(e).splitlines()[0]}",
-                         param="response_format") from None
+        compile_schema(schema)
+    except ValueError as e:
+        raise BadRequest(f"response_format's schema is not a valid JSON schema: {e}", param="response_format") from None
     return dict(schema)
 
 

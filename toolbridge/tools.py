@@ -70,13 +70,21 @@ def make_tool(name: str, description: str = "", parameters: Mapping | None = Non
         raise BadRequest(f"Parameters of tool {name!r} must describe an object, not {top!r}.",
                          param=f"{param}.function.parameters", code="invalid_tool_schema")
     try:
-        check_refs(parameters)  # local references only: nothing is fetched
-        validator = jsonschema_rs.validator_for(parameters, validate_formats=False, offline=True)
-    except (RefError, jsonschema_rs.ValidationError, ValueError) as e:
-        reason = str(e).split("\n")[0]
-        raise BadRequest(f"Parameters of tool {name!r} are not a valid JSON schema: {reason}",
+        validator = compile_schema(parameters)
+    except ValueError as e:
+        raise BadRequest(f"Parameters of tool {name!r} are not a valid JSON schema: {e}",
                          param=f"{param}.function.parameters", code="invalid_tool_schema") from None
     return Tool(name, description or "", parameters, Schema(parameters), validator)
+
+
+def compile_schema(schema: Mapping) -> Any:
+    """jsonschema-rs's validator for `schema`, its `$ref`s checked first (local references only: nothing
+    is fetched); ValueError with the first line of the reason where it is no schema."""
+    try:
+        check_refs(schema)
+        return jsonschema_rs.validator_for(schema, validate_formats=False, offline=True)
+    except (RefError, jsonschema_rs.ValidationError, ValueError) as e:
+        raise ValueError(str(e).split("\n")[0]) from None
 
 
 def tool_fields(raw: Any) -> tuple[Any, Any, Any, Any, Any] | None:

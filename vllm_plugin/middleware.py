@@ -58,16 +58,12 @@ class RequestCheck(CheckMiddleware):
         """A chat body: its whole plan, made here once (a 400 where the plan refuses it) and handed on to
         the parser (`hand_on`); the check's own `vllm_xargs` keys a client sent taken out."""
         xargs = data.get("vllm_xargs")
-        own = isinstance(xargs, dict) and any(k in xargs for k in OWN_KEYS)
-        if own:
+        if isinstance(xargs, dict) and any(k in xargs for k in OWN_KEYS):
             data["vllm_xargs"] = {k: v for k, v in xargs.items() if k not in OWN_KEYS}
-        req = body_plan(data, self.tool_trained)
-        hand_on(data, req)
-        state = {USAGE_ASKED: cut.asks_usage(data)} if data.get("tools") and data.get("stream") and cut.limit_of(data) \
-            else {}  # a stream's usage says whether it was cut
-        if own or xargs is not None or req.choice.allowed is not None or state:
-            return Passed(state) if state else True  # the body written again whole (asks_usage may add to it)
-        return Passed(added={"vllm_xargs": data["vllm_xargs"]})  # the key added to the body as it came
+        added = hand_on(data, body_plan(data, self.tool_trained))
+        if data.get("tools") and data.get("stream") and cut.limit_of(data):  # its usage says whether it was cut
+            return Passed({USAGE_ASKED: cut.asks_usage(data)})  # (which may add to the body: written again whole)
+        return Passed(added=added) if added is not None else True
 
     def route(self, path: str) -> tuple[str, Callable[[dict], bool | Passed], Callable[[BadRequest], dict]] | None:
         found = super().route(path)
@@ -79,11 +75,8 @@ class RequestCheck(CheckMiddleware):
         """A Responses body: checked against the API's schema, then planned whole once from its chat request
         (toolbridge.serving.asgi.check_responses, with the request's own options) and handed on."""
         validate.responses_body(data)
-        xargs = data.get("vllm_xargs")
-        req = body_plan(responses.chat_request(data), self.tool_trained)
-        hand_on(data, req)
-        return True if xargs is not None or req.choice.allowed is not None else Passed(
-            added={"vllm_xargs": data["vllm_xargs"]})
+        added = hand_on(data, body_plan(responses.chat_request(data), self.tool_trained))
+        return Passed(added=added) if added is not None else True
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
         path = scope.get("path", "")
@@ -127,25 +120,27 @@ def body_plan(body: dict, tool_trained: bool) -> ToolRequest:
 _HANDED: Memo[ToolRequest] = Memo(1024)
 
 
-def hand_on(data: dict, req: ToolRequest) -> None:
+def hand_on(data: dict, req: ToolRequest) -> dict | None:
     """Hand `req` on to the parser with the body: under a new key in `vllm_xargs` (PLAN). A body whose
     tool_choice is `allowed_tools` is rewritten for vLLM's request models, which do not take it: the
     choice's mode in its place, and the names it allows in `vllm_xargs` (ALLOWED), where a parser that
-    plans the request itself reads them back (`choice_of`)."""
-    xargs = data.get("vllm_xargs") if isinstance(data.get("vllm_xargs"), dict) else {}
+    plans the request itself reads them back (`choice_of`). Returns the fields added to the body where
+    that is all that changed in it (asgi.Passed.added), else None (the body is written again whole)."""
+    sent = data.get("vllm_xargs")
     key = uuid.uuid4().hex
     _HANDED.get(key, lambda: req)
-    xargs = {**xargs, PLAN: key}
+    xargs = {**(sent if isinstance(sent, dict) else {}), PLAN: key}
     if req.choice.allowed is not None:
         data["tool_choice"] = req.choice.mode
         xargs[ALLOWED] = list(req.choice.allowed)
     data["vllm_xargs"] = xargs
+    return {"vllm_xargs": xargs} if sent is None and req.choice.allowed is None else None
 
 
 def handed(xargs: Any) -> ToolRequest | None:
     """The plan the check handed on with a request whose `vllm_xargs` are `xargs`, if this process made it."""
     key = xargs.get(PLAN) if isinstance(xargs, dict) else None
-    return _HANDED.get(key, lambda: None) if isinstance(key, str) and key in _HANDED else None
+    return _HANDED.find(key) if isinstance(key, str) else None
 
 
 def choice_of(tool_choice: Any, xargs: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 from ..apis import anthropic, responses, validate
 from ..errors import BadRequest
-from ..request import CheckedRequest, ToolRequest, check, plan
+from ..request import CheckedRequest, check, plan
 from .shape import CHAT, MESSAGES, RESPONSES, Shaped, send_json
 
 CHAT_PATH = "/chat/completions"
@@ -50,17 +50,17 @@ def check_request(data: dict) -> CheckedRequest:
                  parallel_tool_calls=data.get("parallel_tool_calls"), stop=data.get("stop"))
 
 
-def check_chat(data: dict) -> ToolRequest:
+def check_chat(data: dict) -> None:
     """A chat body checked whole: its tool fields, then its plan with the default options (a
-    forced call that a stop string makes impossible depends on the dialect), which is returned."""
-    return plan(check_request(data), response_format=data.get("response_format"))
+    forced call that a stop string or a response format makes impossible depends on the dialect)."""
+    plan(check_request(data), response_format=data.get("response_format"))
 
 
-def check_responses(data: dict) -> ToolRequest:
+def check_responses(data: dict) -> None:
     """A Responses body, checked against the API's schema, read by the core's reader, then
-    checked as its chat request (its plan with the default options is returned)."""
+    checked as its chat request."""
     validate.responses_body(data)
-    return check_chat(responses.chat_request(data))
+    check_chat(responses.chat_request(data))
 
 
 def check_messages(data: dict) -> None:
