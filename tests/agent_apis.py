@@ -26,7 +26,8 @@ __all__ = ["api_root", "oai", "ant", "test_responses_tool_choice", "test_respons
            "test_messages_count_tokens_bad_bodies", "test_responses_retrieve_and_delete", "test_typed_fields",
            "test_fuzz_field_types", "test_messages_end_after_their_calls", "test_responses_end_after_their_calls",
            "test_chat_ends_after_its_calls", "test_chat_allowed_tools", "test_responses_allowed_tools",
-           "test_strict_tools", "test_chat_response_format_beside_tools", "test_responses_format_beside_tools"]
+           "test_strict_tools", "test_chat_response_format_beside_tools", "test_responses_format_beside_tools",
+           "test_chat_custom_tools", "test_responses_custom_tools", "test_custom_tool_bad_grammars"]
 
 TOOLS = [WEATHER, SEARCH]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -100,10 +101,12 @@ def responses_stream(oai, **kw):
     assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete"), types
     args: dict[str, str] = {}
     for e in events:
-        if e.type == "response.function_call_arguments.delta":
+        if e.type in ("response.function_call_arguments.delta", "response.custom_tool_call_input.delta"):
             args[e.item_id] = args.get(e.item_id, "") + e.delta
         elif e.type == "response.output_item.done" and e.item.type == "function_call":
             assert args.get(e.item.id, "") == e.item.arguments, (args, e.item)
+        elif e.type == "response.output_item.done" and e.item.type == "custom_tool_call":
+            assert args.get(e.item.id, "") == e.item.input, (args, e.item)
     return types, final
 
 
@@ -826,3 +829,84 @@ def test_responses_format_beside_tools(oai, api_model, stream):
             checked += 1
             jsonschema.validate(json.loads(resp.output_text), FINAL_SCHEMA)
     assert checked, "every answer was cut: nothing was checked"
+
+
+# -- custom tools: a call's input held to the tool's regex or Lark grammar ------------------------------------
+
+CUSTOM_ASKS = {  # a tool per syntax and the question that calls it
+    "zip_code": ("regex", r"[0-9]{5}", "What is the zip code of Beverly Hills?"),
+    "forecast": ("lark", 'start: "sunny" | "rainy" | "cloudy"', "Will it rain in Paris tomorrow?"),
+}
+
+
+def custom_ok(name: str, text: str) -> bool:
+    """Whether a custom tool's input follows its grammar (Python's re, the lark library)."""
+    import re
+
+    import lark
+
+    syntax, definition, _ = CUSTOM_ASKS[name]
+    if syntax == "regex":
+        return re.fullmatch(definition, text) is not None
+    try:
+        lark.Lark(definition, start="start").parse(text)
+        return True
+    except lark.exceptions.LarkError:
+        return False
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_chat_custom_tools(oai, api_model, stream):
+    """Chat Completions: a custom tool with a grammar, named in tool_choice: the call comes back in the custom
+    shape (`custom.name`, `custom.input`), its input following the grammar, whole and streamed."""
+    for name, (syntax, definition, ask) in CUSTOM_ASKS.items():
+        tools = [{"type": "custom", "custom": {"name": n, "description": f"The {n.replace('_', ' ')}.", "format": {
+            "type": "grammar", "grammar": {"syntax": s, "definition": d}}}} for n, (s, d, _) in CUSTOM_ASKS.items()]
+        kw = dict(model=api_model, messages=[{"role": "user", "content": ask}], tools=tools + TOOLS, temperature=0,
+                  max_tokens=48, tool_choice={"type": "custom", "custom": {"name": name}})
+        if stream:
+            calls: dict[int, dict] = {}
+            for chunk in oai.chat.completions.create(stream=True, **kw):
+                for ch in chunk.choices:
+                    for tc in ch.delta.tool_calls or ():
+                        part = tc.model_dump()
+                        assert part.get("function") is None, part
+                        call = calls.setdefault(tc.index, {"name": None, "input": ""})
+                        call["name"] = part["custom"].get("name") or call["name"]
+                        call["input"] += part["custom"].get("input") or ""
+            got = [(c["name"], c["input"]) for c in calls.values()]
+        else:
+            message = oai.chat.completions.create(**kw).choices[0].message
+            assert all(c.type == "custom" for c in message.tool_calls or ()), message
+            got = [(c.custom.name, c.custom.input) for c in message.tool_calls or ()]
+        assert got and all(n == name and custom_ok(n, text) for n, text in got), (name, got)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_responses_custom_tools(oai, api_model, stream):
+    """Responses: the same through `custom_tool_call` items (and their input events when streamed)."""
+    tools = [{"type": "custom", "name": n, "description": f"The {n.replace('_', ' ')}.",
+              "format": {"type": "grammar", "syntax": s, "definition": d}} for n, (s, d, _) in CUSTOM_ASKS.items()]
+    for name, (_, _, ask) in CUSTOM_ASKS.items():
+        kw = dict(model=api_model, input=ask, tools=tools, temperature=0, max_output_tokens=48,
+                  tool_choice={"type": "custom", "name": name})
+        resp = responses_stream(oai, **kw)[1] if stream else oai.responses.create(**kw)
+        calls = [i for i in resp.output if i.type == "custom_tool_call"]
+        assert calls and all(c.name == name and custom_ok(name, c.input) for c in calls), resp.output
+
+
+def test_custom_tool_bad_grammars(oai, api_model):
+    """A grammar no engine here can hold is a 400 naming the construct, on both APIs: never a free-text call."""
+    import openai
+
+    bad = {"type": "grammar", "syntax": "regex", "definition": "(?=[0-9])[0-9]{5}"}
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.chat.completions.create(model=api_model, messages=[{"role": "user", "content": ASK}], max_tokens=8,
+                                    tools=[{"type": "custom", "custom": {"name": "zip_code", "format": {
+                                        "type": "grammar", "grammar": {k: bad[k] for k in ("syntax", "definition")}}}}])
+    assert "lookahead" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        oai.responses.create(model=api_model, input=ASK, max_output_tokens=8, tools=[{
+            "type": "custom", "name": "forecast", "format": {"type": "grammar", "syntax": "lark",
+                                                             "definition": "start: %%% nonsense"}}])
+    assert "grammar" in str(e.value).lower()

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from toolbridge import BadRequest
+from toolbridge import BadRequest, custom
 from toolbridge.apis import anthropic, responses, responses_stream
 from toolbridge.serving.asgi import check_messages, check_responses
 
@@ -67,7 +67,7 @@ def test_responses_namespace_custom_and_builtin_tools():
         {"type": "function_call_output", "call_id": "c1", "output": "ok"},
         {"type": "custom_tool_call_output", "call_id": "c2", "output": "done"}], "tools": tools})
     assert [t["function"]["name"] for t in chat["tools"]] == ["agents__spawn", "apply_patch", "get_weather"]
-    assert chat["tools"][1]["function"]["parameters"] == responses.CUSTOM_PARAMETERS
+    assert chat["tools"][1]["function"]["parameters"] == custom.TEXT_PARAMETERS
     assert [c["function"] for c in chat["messages"][1]["tool_calls"]] == [
         {"name": "agents__spawn", "arguments": "{}"}, {"name": "apply_patch", "arguments": '{"input": "*** Begin"}'}]
     completion = {"model": "m", "choices": [{"finish_reason": "tool_calls", "message": {"role": "assistant", "tool_calls": [

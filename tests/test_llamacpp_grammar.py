@@ -424,3 +424,24 @@ def test_where_the_rules_forbid_every_token_the_grammar_allows_the_grammar_wins(
     r = subprocess.run([sys.executable, "-c", BANNED_UNDER_GRAMMAR, value], capture_output=True, text=True, timeout=300,
                        cwd=Path(__file__).resolve().parents[1])
     assert r.returncode == 0 and r.stdout.strip() == '{"a": 1}', (r.returncode, r.stdout[-500:], r.stderr[-2000:])
+
+
+# -- custom tools: the input held to the tool's grammar, as llama.cpp runs it ----------------------------------
+
+@pytest.mark.parametrize("fmt, good, bad", [
+    ({"type": "grammar", "syntax": "regex", "definition": "[0-9]{5}"}, ["90210"], ["9021", "Beverly Hills"]),
+    ({"type": "grammar", "syntax": "regex", "definition": r'say "\w+"'}, ['say "hi"'], ["say hi"]),
+    ({"type": "grammar", "syntax": "lark", "definition": 'start: "sunny" | "rainy" | "cloudy"'},
+     ["rainy"], ["Paris", "rain"]),
+    ({"type": "grammar", "syntax": "lark", "definition":
+        'start: pair ("," pair)*\npair: KEY "=" VALUE\nKEY: /[a-z_]+/\nVALUE: /[A-Za-z0-9]+/'},
+     ["a=1", "city=Paris,unit=C"], ["a=", "a=1,", "A=1"]),
+])
+def test_custom_tool_input_follows_its_grammar(vocab, fmt, good, bad):
+    from toolbridge import custom
+
+    g = value_grammar(custom.as_function("t", "", fmt, "tools[0]")["function"]["parameters"])
+    for text in good:
+        assert accepts(vocab, g, json.dumps({"input": text})), text
+    for text in bad:
+        assert not accepts(vocab, g, json.dumps({"input": text})), text

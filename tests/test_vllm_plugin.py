@@ -352,3 +352,24 @@ def test_a_wrapped_template_sets_the_dialect_it_asks_for_and_refuses_another(tmp
     assert refused.returncode != 0 and "wrapped for the 'json' dialect" in refused.stderr, refused.stderr[-2000:]
     stock = app_built_with_template("{% for m in messages %}{{ m.content }}{% endfor %}", {})
     assert stock.returncode == 0 and stock.stdout.strip().splitlines()[-2:] == ["None", "tags"], stock.stderr[-2000:]
+
+
+@pytest.mark.parametrize("fmt, good, bad", [
+    ({"type": "grammar", "syntax": "regex", "definition": "[0-9]{5}"}, ["90210"], ["9021", "Beverly Hills"]),
+    ({"type": "grammar", "syntax": "lark", "definition": 'start: "sunny" | "rainy" | "cloudy"'},
+     ["rainy"], ["Paris", "rain"]),
+])
+def test_custom_tool_input_follows_its_grammar(fmt, good, bad):
+    """A custom tool's grammar, as its input's pattern, reaches the structural tag, which xgrammar holds to it."""
+    import xgrammar
+    from xgrammar.testing import _is_grammar_accept_string
+
+    from toolbridge import custom
+    tool = custom.as_function("t", "", fmt, "tools[0]")
+    grammar = xgrammar.Grammar.from_structural_tag(adjusted(tools=[tool], tool_choice="required")
+                                                   .structured_outputs.structural_tag)
+    call = '<tool_call>\n{{"name": "t", "arguments": {}}}\n</tool_call>'
+    for text in good:
+        assert _is_grammar_accept_string(grammar, call.format(json.dumps({"input": text}))), text
+    for text in bad:
+        assert not _is_grammar_accept_string(grammar, call.format(json.dumps({"input": text}))), text

@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any, Mapping
 
+from .. import custom
 from ..deltas import REASONING_FIELD
 from ..errors import BadRequest
 from ..thinking import effort_budget
@@ -32,9 +33,6 @@ IGNORED_ITEMS = frozenset({"reasoning", "web_search_call", "file_search_call", "
 # of one string argument. Built-in tools (web search, file search, ...) run on OpenAI's side; no
 # server here can run them, so they are not shown (vLLM drops them too).
 NAMESPACE_SEPARATOR = "__"
-CUSTOM_INPUT = "input"
-CUSTOM_PARAMETERS = {"type": "object", "properties": {CUSTOM_INPUT: {
-    "type": "string", "description": "The freeform text payload for this tool."}}, "required": [CUSTOM_INPUT]}
 
 
 def chat_request(body: Mapping[str, Any], history: list[dict] | None = None) -> dict:
@@ -118,7 +116,7 @@ def chat_messages(items: list[dict], continued: bool = False) -> list[dict]:
             if isinstance(item.get("namespace"), str):
                 name = item["namespace"] + NAMESPACE_SEPARATOR + name
             arguments = (string_field(item, "arguments", where) if kind == "function_call"
-                         else json.dumps({CUSTOM_INPUT: string_field(item, "input", where)}, ensure_ascii=False))
+                         else json.dumps({custom.INPUT: string_field(item, "input", where)}, ensure_ascii=False))
             call = {"id": string_field(item, "call_id", where), "type": "function",
                     "function": {"name": name, "arguments": arguments}}
             last = messages[-1] if messages else None
@@ -193,8 +191,7 @@ def chat_tools(tools: Any) -> list[dict]:
             out += [_function(f, t["name"] + NAMESPACE_SEPARATOR + str(f.get("name"))) for f in t["tools"]
                     if isinstance(f, Mapping) and f.get("type") == "function"]
         elif kind == "custom":
-            out.append(_function({"name": t.get("name"), "description": t.get("description"),
-                                  "parameters": CUSTOM_PARAMETERS}))
+            out.append(custom.as_function(t.get("name"), t.get("description"), t.get("format"), f"tools[{i}]"))
         elif not isinstance(kind, str):
             raise BadRequest(f"tools[{i}].type must be a string.", param=f"tools[{i}].type")
     return out
@@ -274,20 +271,12 @@ def call_item(call_id: str, name: str, arguments: str, status: str,
     kind, namespace = names.get(name, ("function_call", None))
     if kind == "custom_tool_call":
         return {"id": new_id("ctc"), "type": kind, "status": status, "call_id": call_id, "name": name,
-                "input": custom_input(arguments)}
+                "input": custom.decode_input(arguments)}
     item = {"id": new_id("fc"), "type": kind, "status": status, "call_id": call_id, "name": name,
             "arguments": arguments}
     if namespace is not None:
         item["name"], item["namespace"] = name[len(namespace) + len(NAMESPACE_SEPARATOR):], namespace
     return item
-
-
-def custom_input(arguments: str) -> str:
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        return arguments
-    return value[CUSTOM_INPUT] if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str) else arguments
 
 
 def response_object(body: Mapping, rid: str, model: Any, output: list, finish: str | None, usage: Any,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .fields import new_id
+from .. import custom
 from ..deltas import REASONING_FIELD
-from .responses import call_item, call_names, custom_input, message_item, reasoning_item, response_object
+from .responses import call_item, call_names, message_item, reasoning_item, response_object
 
 
 class ResponseStream:
@@ -135,7 +136,7 @@ class ResponseStream:
                                    content_index=0, part=part)]
             item["content"] = [part]
         elif item["type"] == "custom_tool_call":
-            item["input"] = custom_input(item.pop("_arguments"))
+            item["input"] = custom.decode_input(item.pop("_arguments"))
             if item["input"]:
                 events.append(self._event("response.custom_tool_call_input.delta", item_id=item["id"],
                                           output_index=index, delta=item["input"]))

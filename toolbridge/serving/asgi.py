@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from ..apis import anthropic, responses, validate
+from ..custom import shim_chat
 from ..errors import BadRequest
 from ..request import CheckedRequest, check, plan
+from .custom_calls import CustomCalls
 from .shape import CHAT, MESSAGES, RESPONSES, Shaped, send_json
 
 CHAT_PATH = "/chat/completions"
@@ -145,17 +147,21 @@ class CheckMiddleware:
         body = await receive_body(receive)
         try:
             data = read_body(body)
+            customs = shim_chat(data) if api == CHAT else frozenset()
             verdict = check(data)
         except BadRequest as e:
             await send_json(send, 400, error_body(e))
             return
-        if verdict is True or isinstance(verdict, Passed):
-            spliced = isinstance(verdict, Passed) and verdict.added is not None
+        if verdict is True or isinstance(verdict, Passed) or customs:
+            spliced = isinstance(verdict, Passed) and verdict.added is not None and not customs
             body = with_fields(body, verdict.added) if spliced else json.dumps(data).encode("utf-8")
             scope = with_body(scope, body)
         if isinstance(verdict, Passed):
             scope["state"] = {**scope.get("state", {}), **verdict.state}
-        await shaped.run(lambda out: self.answer(scope, body, receive, self.wrap_send(data, out), data))
+
+        def answered(out: Callable) -> Callable:  # the route's answer, its custom tools' calls in their shape
+            return self.wrap_send(data, CustomCalls(out, customs).send if customs else out)
+        await shaped.run(lambda out: self.answer(scope, body, receive, answered(out), data))
 
     async def answer(self, scope: dict, body: bytes, receive: Callable, send: Callable, data: dict) -> None:
         """The app's answer to a checked request (`body`, read as `data`)."""
