@@ -152,12 +152,15 @@ def report(out: dict) -> str:
         lines += _parallel_report(out)
     if "custom" in out:
         lines += ["", "custom tools (`required`, 20 questions per syntax):",
-                  "| syntax | format | answers | with a call | inputs that follow the grammar |", "|---|---|---|---|---|"]
+                  "| syntax | format | answers | with a call | cut by max_tokens | finished | finished inputs that "
+                  "follow the grammar |", "|---|---|---|---|---|---|---|"]
         for syntax in ("regex", "lark"):
             for given in (True, False):
                 rows = [r for r in out["custom"] if r["syntax"] == syntax and r["grammar"] == given]
+                done = [r for r in rows if r["inputs"] and r["finish"] != "length"]
                 lines.append(f"| {syntax} | {'grammar' if given else 'text'} | {len(rows)} | "
-                             f"{sum(bool(r['inputs']) for r in rows)} | {sum(all(r['follow']) and bool(r['follow']) for r in rows)} |")
+                             f"{sum(bool(r['inputs']) for r in rows)} | {sum(r['finish'] == 'length' for r in rows)} | "
+                             f"{len(done)} | {sum(all(r['follow']) for r in done)} |")
     return "\n".join(lines)
 
 
@@ -202,11 +205,15 @@ PARTS = {"allowed": allowed, "formats": formats, "parallel": parallel, "custom":
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--base-url", required=True)
+    p.add_argument("--base-url", default=None)
+    p.add_argument("--report", default=None, help="print the tables of answers saved with --json, and stop")
     p.add_argument("--model", default=None)
     p.add_argument("--json", default=None, help="save every answer here")
     p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of: {', '.join(PARTS)}")
     args = p.parse_args()
+    if args.report:
+        print(report(json.loads(Path(args.report).read_text())))
+        return
     import openai
 
     client = openai.OpenAI(base_url=args.base_url, api_key="none", timeout=600)

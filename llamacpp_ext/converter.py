@@ -11,10 +11,9 @@ import logging
 import math
 from typing import Any
 
-from toolbridge.engine import engine_schema, json_string, resolve_ref
+from toolbridge.engine import Unsupported, engine_schema, json_string, pattern_to_gbnf, resolve_ref
 
 from .compat import INVALID_RULE_CHARS_RE, RESERVED_NAMES, BuiltinRule, ConverterBase
-from .regex import Unsupported, pattern_to_gbnf
 
 log = logging.getLogger("toolbridge.llamacpp")
 

@@ -30,7 +30,7 @@ from llamacpp_ext.__main__ import default_model  # noqa: E402
 from llamacpp_ext.compat import compiles, grammar_text  # noqa: E402
 from llamacpp_ext.converter import schema_grammar  # noqa: E402
 from llamacpp_ext.grammar import render, tool_grammar  # noqa: E402
-from llamacpp_ext.regex import Unsupported, pattern_to_gbnf  # noqa: E402
+from toolbridge.engine import Unsupported, pattern_to_gbnf  # noqa: E402
 from toolbridge import ToolChoice, get_dialect, normalize_tools  # noqa: E402
 from toolbridge.constrain.grammar import entries  # noqa: E402
 from toolbridge.request import toolset  # noqa: E402
@@ -445,3 +445,15 @@ def test_custom_tool_input_follows_its_grammar(vocab, fmt, good, bad):
         assert accepts(vocab, g, json.dumps({"input": text})), text
     for text in bad:
         assert not accepts(vocab, g, json.dumps({"input": text})), text
+
+
+def test_custom_tool_input_may_hold_what_json_escapes(vocab):
+    """Codex's apply_patch grammar: a patch's quotes, backslashes and newlines, written as JSON escapes."""
+    from toolbridge import custom
+
+    definition = (Path(__file__).parent / "data" / "apply_patch.lark").read_text()
+    g = value_grammar(custom.as_function("apply_patch", "", {"type": "grammar", "syntax": "lark",
+                                                             "definition": definition}, "tools[0]")["function"]["parameters"])
+    patch = '*** Begin Patch\n*** Update File: a.py\n@@\n-x = "1"\n+x = "a\\tb"\n*** End Patch\n'
+    assert accepts(vocab, g, json.dumps({"input": patch}))
+    assert not accepts(vocab, g, json.dumps({"input": "not a patch"}))

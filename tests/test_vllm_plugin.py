@@ -358,6 +358,8 @@ def test_a_wrapped_template_sets_the_dialect_it_asks_for_and_refuses_another(tmp
     ({"type": "grammar", "syntax": "regex", "definition": "[0-9]{5}"}, ["90210"], ["9021", "Beverly Hills"]),
     ({"type": "grammar", "syntax": "lark", "definition": 'start: "sunny" | "rainy" | "cloudy"'},
      ["rainy"], ["Paris", "rain"]),
+    ({"type": "grammar", "syntax": "lark", "definition": (ROOT / "tests" / "data" / "apply_patch.lark").read_text()},
+     ['*** Begin Patch\n*** Update File: a.py\n@@\n-x = "1"\n+x = "a\\tb"\n*** End Patch\n'], ["not a patch"]),
 ])
 def test_custom_tool_input_follows_its_grammar(fmt, good, bad):
     """A custom tool's grammar, as its input's pattern, reaches the structural tag, which xgrammar holds to it."""

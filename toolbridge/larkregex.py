@@ -2,7 +2,7 @@
 
 OpenAI's custom tools may hold their input to a Lark grammar (`format: {"type": "grammar", "syntax":
 "lark", "definition": ...}`). Both engines here constrain a call's input through a JSON-schema string
-`pattern`, which xgrammar and toolbridge's own GBNF pattern translator (llamacpp_ext.regex) both take,
+`pattern`, which xgrammar and toolbridge's own GBNF pattern translator (toolbridge.constrain.pattern) both take,
 so a grammar becomes one regex. Rules and terminals are inlined; a recursive rule is expanded to a
 bounded depth, and what would recurse further is dropped. The regex is therefore a subset of the
 grammar's language (all of it when the grammar is regular): sound, never free text.
@@ -354,8 +354,8 @@ class _Translator:
     def terminal(self, name: str) -> _Rx:
         if name not in self.term_cache:
             rx = self.node(self.terms[name], None)
-            if rx is None or re.fullmatch(rx.text, ""):
-                raise GrammarError(f"terminal {name} matches the empty string")
+            if rx is None:
+                raise GrammarError(f"terminal {name} matches nothing")
             self.term_cache[name] = rx
         return self.term_cache[name]
 
@@ -403,8 +403,6 @@ class _Translator:
         """A terminal where it stands: inside a rule, ignored text may precede it."""
         if path is None:
             return rx
-        if re.fullmatch(rx.text, ""):
-            raise GrammarError(f"terminal /{rx.text}/ matches the empty string")
         return _seq([self.ignored, rx])
 
     def _checked(self, rx: Optional[_Rx]) -> Optional[_Rx]:

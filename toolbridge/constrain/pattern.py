@@ -18,7 +18,7 @@ except ImportError:  # Python 3.10
     import sre_constants as C  # noqa: N812
     import sre_parse
 
-from toolbridge.engine import json_escape, json_string
+from ..jsondata import json_escape, json_string
 
 # Characters a JSON string cannot hold raw: the quote, the backslash, control characters.
 _UNSAFE = '"\\\\\\x00-\\x1F'  # in GBNF class syntax: "  \\  \x00-\x1F
@@ -32,6 +32,11 @@ _NOT_CATEGORY = {C.CATEGORY_NOT_DIGIT: "0-9", C.CATEGORY_NOT_WORD: "a-zA-Z0-9_",
                  C.CATEGORY_NOT_SPACE: " \\t\\n\\r\\x0B\\x0C"}
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
+# Characters a JSON string holds only as escapes that patterns commonly admit (code, multi-line text): where the
+# pattern admits one, its escape is allowed.
+ESCAPED = '"\\\t\n'
+_CATEGORY_RE = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
+                C.CATEGORY_NOT_SPACE: r"\S", C.CATEGORY_WORD: r"\w", C.CATEGORY_NOT_WORD: r"\W"}
 MAX_COUNT = 1000  # larger bounded repeats are written as unbounded ones
 
 
@@ -86,10 +91,10 @@ def _seq(items) -> str:
 
 
 def _node(op, av) -> str:
-    if op is C.ANY:
-        return ANY_SAFE
+    if op is C.ANY:  # any character but a newline
+        return _with_escapes(ANY_SAFE, [c for c in ESCAPED if c != "\n"])
     if op is C.NOT_LITERAL:
-        return f"[^{_class_char(chr(av))}{_UNSAFE}]"
+        return _with_escapes(f"[^{_class_char(chr(av))}{_UNSAFE}]", [c for c in ESCAPED if c != chr(av)])
     if op is C.IN:
         return _in(av)
     if op is C.SUBPATTERN:
@@ -135,13 +140,28 @@ def _in(items) -> str:
         else:
             raise Unsupported(f"class item {op} {av}")
     if negate:
-        return f"[^{_class(ranges)}{_UNSAFE}]"
-    escaped = [json_string(json_escape(c)) for c in '"\\' if any(lo <= ord(c) <= hi for lo, hi in ranges)]
+        return _with_escapes(f"[^{_class(ranges)}{_UNSAFE}]", [c for c in ESCAPED if not _has(items, c)])
+    escaped = [json_string(json_escape(c)) for c in ESCAPED if _has(items, c)]
     safe = _class(_safe_ranges(ranges))
     alts = ([f"[{safe}]"] if safe else []) + negated_cats + escaped
     if not alts:
         raise Unsupported("a character class with no JSON-safe member")
     return alts[0] if len(alts) == 1 else "( " + " | ".join(alts) + " )"
+
+
+def _with_escapes(safe: str, chars: list[str]) -> str:
+    """A class of raw JSON-safe characters, or one of `chars` written as its JSON escape."""
+    escapes = [json_string(json_escape(c)) for c in chars]
+    return "( " + " | ".join([safe, *escapes]) + " )" if escapes else safe
+
+
+def _has(items, c: str) -> bool:
+    """Whether a character class's items (sre's parse, its negation taken off) hold `c`."""
+    for op, av in items:
+        if (op is C.LITERAL and av == ord(c)) or (op is C.RANGE and av[0] <= ord(c) <= av[1]) or \
+                (op is C.CATEGORY and av in _CATEGORY_RE and re.match(_CATEGORY_RE[av], c)):
+            return True
+    return False
 
 
 def _safe_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
