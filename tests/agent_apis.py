@@ -27,7 +27,8 @@ __all__ = ["api_root", "oai", "ant", "test_responses_tool_choice", "test_respons
            "test_fuzz_field_types", "test_messages_end_after_their_calls", "test_responses_end_after_their_calls",
            "test_chat_ends_after_its_calls", "test_chat_allowed_tools", "test_responses_allowed_tools",
            "test_strict_tools", "test_chat_response_format_beside_tools", "test_responses_format_beside_tools",
-           "test_chat_custom_tools", "test_responses_custom_tools", "test_custom_tool_bad_grammars"]
+           "test_chat_custom_tools", "test_responses_custom_tools", "test_custom_tool_bad_grammars",
+           "test_chat_custom_tool_turns"]
 
 TOOLS = [WEATHER, SEARCH]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
@@ -910,3 +911,24 @@ def test_custom_tool_bad_grammars(oai, api_model):
             "type": "custom", "name": "forecast", "format": {"type": "grammar", "syntax": "lark",
                                                              "definition": "start: %%% nonsense"}}])
     assert "grammar" in str(e.value).lower()
+
+
+def test_chat_custom_tool_turns(oai, api_model):
+    """Chat: a custom call in the history and its result are taken back (the answer is the model's, with no markup);
+    `allowed_tools` may name a custom tool, whose call then comes in the custom shape."""
+    name, (syntax, definition, ask) = next(iter(CUSTOM_ASKS.items()))
+    tools = [{"type": "custom", "custom": {"name": name, "format": {
+        "type": "grammar", "grammar": {"syntax": syntax, "definition": definition}}}}] + TOOLS
+    history = [{"role": "user", "content": ask},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_1", "type": "custom", "custom": {"name": name, "input": "90210"}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "90210 is the zip code of Beverly Hills."}]
+    answer = oai.chat.completions.create(model=api_model, messages=history, tools=tools, temperature=0, max_tokens=48)
+    no_markup(answer.choices[0].message.content)
+    allowed = oai.chat.completions.create(
+        model=api_model, messages=[{"role": "user", "content": ask}], tools=tools, temperature=0, max_tokens=48,
+        tool_choice={"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [
+            {"type": "custom", "custom": {"name": name}}]}})
+    calls = allowed.choices[0].message.tool_calls or []
+    assert calls and all(c.type == "custom" and c.custom.name == name and custom_ok(name, c.custom.input)
+                         for c in calls), calls

@@ -136,3 +136,15 @@ def test_cached_instruction_renders_the_same_prompt(dialect, force, example):
             == tpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, **kw))
     other = tpl.render(messages=msgs, tools=TOOLS, add_generation_prompt=True, tb_instruction="CACHED", **kw)
     assert "CACHED" in other and text not in other  # the prelude does use the text it is given
+
+
+@pytest.mark.parametrize("name", sorted(DIALECTS))
+def test_a_custom_tool_is_shown_as_a_function_of_its_input_with_its_grammar_in_every_dialect(name):
+    from toolbridge import custom
+
+    grammar = 'start: pair ("," pair)*\npair: KEY "=" VALUE\nKEY: /[a-z_]+/\nVALUE: /[A-Za-z0-9]+/'
+    tool = custom.as_function("set_options", "Set options.", {"type": "grammar", "syntax": "lark",
+                                                                "definition": grammar}, "tools[0]")
+    text = tools_instruction([tool], dialect=name)
+    assert "- set_options(input: string): Set options." in text
+    assert grammar in text

@@ -137,22 +137,18 @@ def _unanchored(regex: str) -> str:
     return regex
 
 
-def input_pattern_of(schema: Any) -> str | None:
-    """The pattern of a custom tool's input where `schema` is the parameters `as_function` made for a grammar."""
+def input_grammar(schema: Any) -> str | None:
+    """Where `schema` is the parameters `as_function` made for a grammar, a GBNF grammar (xgrammar's EBNF reads it
+    too) for the call's arguments, `{"input": "..."}`, whose input matches the grammar's pattern, every character
+    written as JSON allows: the translator llama.cpp's grammars use (toolbridge.constrain.pattern). xgrammar's own
+    JSON-schema pattern writes no escape: an input could hold no quote, backslash, tab or newline (no patch)."""
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(props, Mapping) or set(props) != {INPUT} or schema.get("additionalProperties") is not False:
         return None
     prop = props[INPUT]
-    ok = isinstance(prop, Mapping) and prop.get("type") == "string" and isinstance(prop.get("pattern"), str)
-    return prop["pattern"] if ok else None
-
-
-def input_grammar(pattern: str) -> str:
-    """A GBNF grammar (xgrammar's EBNF reads it too) for a custom tool's arguments, `{"input": "..."}`, whose input
-    matches `pattern`, every character written as JSON allows: the translator llama.cpp's grammars use
-    (toolbridge.constrain.pattern). xgrammar's own JSON-schema pattern writes no escape: no quote, backslash, tab or
-    newline could be written in an input (a patch, code)."""
-    body = pattern_to_gbnf(pattern, any_char="char")
+    if not (isinstance(prop, Mapping) and prop.get("type") == "string" and isinstance(prop.get("pattern"), str)):
+        return None
+    body = pattern_to_gbnf(prop["pattern"], any_char="char")
     return ('root ::= "{" [ ]? "\\"input\\"" [ ]? ":" [ ]? "\\"" ' + body + ' "\\"" [ ]? "}"\n'
             'char ::= [^"\\\\\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})\n')
 

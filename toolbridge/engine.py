@@ -18,7 +18,7 @@ toolbridge.serving and toolbridge.apis.
 """
 from .constrain.grammar import MAX_WHITESPACE, Entry, Frame, constrain, entries, frames, separator
 from .constrain.pattern import Unsupported, pattern_to_gbnf
-from .custom import input_grammar, input_pattern_of
+from .custom import input_grammar
 from .deltas import delta, message
 from .dialects import Dialect
 from .errors import BadRequest
@@ -54,7 +54,7 @@ __all__ = [
     "tools_instruction", "wrap", "writes_calls",
     # constraints
     "Entry", "Frame", "MAX_WHITESPACE", "constrain", "engine_schema", "entries", "frames", "json_escape",
-    "json_string", "pattern_to_gbnf", "resolve_ref", "separator", "Unsupported", "input_grammar", "input_pattern_of",
+    "json_string", "pattern_to_gbnf", "resolve_ref", "separator", "Unsupported", "input_grammar",
     # steering
     "ARG", "AnswerRules", "Edit", "POINTS", "Vocabulary", "hf_vocabulary", "write",
     # thinking

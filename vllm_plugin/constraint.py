@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from toolbridge.engine import (MAX_WHITESPACE, PLAIN, USER, BadRequest, Dialect, Frame, Memo, Tool, ToolChoice,
-                               ToolRequest, constrain, entries, frames, input_grammar, input_pattern_of, plain_data,
+                               ToolRequest, constrain, entries, frames, input_grammar, plain_data,
                                prepare, separator)
 
 log = logging.getLogger("toolbridge.vllm")
@@ -32,8 +32,8 @@ _POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="toolbridge-x
 
 def _tag(f: Frame) -> dict:
     """One call's tag: its arguments held to its schema, or a custom tool's input to its grammar (toolbridge.custom)."""
-    pattern = input_pattern_of(f.schema)
-    content = {"type": "grammar", "grammar": input_grammar(pattern)} if pattern is not None else \
+    grammar = input_grammar(f.schema)
+    content = {"type": "grammar", "grammar": grammar} if grammar is not None else \
         {"type": "json_schema", "json_schema": f.schema, "max_whitespace_cnt": MAX_WHITESPACE}
     return {"type": "tag", "begin": f.begin, "content": content, "end": f.end}
 
