@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import typing
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 
@@ -63,7 +65,8 @@ CODEX_LIKE = {
     "prompt_cache_key": "k", "tool_choice": "auto", "text": {"verbosity": "low"},
     "tools": [*RESPONSES_TOOLS, {"type": "web_search"},
               {"type": "custom", "name": "apply_patch", "description": "d",
-               "format": {"type": "grammar", "syntax": "lark", "definition": "x"}},
+               "format": {"type": "grammar", "syntax": "lark",
+                          "definition": (Path(__file__).parent / "data" / "apply_patch.lark").read_text()}},
               {"type": "namespace", "name": "agents", "description": "d",
                "tools": [{"type": "function", "name": "spawn", "parameters": {"type": "object"}, "strict": False}]}],
     "input": [{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "rules"}]},

@@ -79,10 +79,10 @@ def test_responses_tools_carry_the_grammar():
 def test_grammar_tools_become_text_ones_for_a_route_that_refuses_grammars():
     tools = [{"type": "custom", "name": "zip", "description": "zip code", "format": ZIP},
              {"type": "custom", "name": "free"}, {"type": "function", "name": "f"}]
-    assert custom.as_text_tools(tools)
+    assert responses.grammars_as_text(tools)
     assert tools[0]["format"] == {"type": "text"} and "[0-9]{5}" in tools[0]["description"]
     assert tools[1:] == [{"type": "custom", "name": "free"}, {"type": "function", "name": "f"}]
-    assert not custom.as_text_tools(tools)
+    assert not responses.grammars_as_text(tools)
 
 
 def test_chat_body_is_rewritten_as_functions():

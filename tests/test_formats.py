@@ -108,7 +108,7 @@ def test_the_llamacpp_grammar_holds_a_value_to_it():
 
     tool = make_tool("find", "", {"type": "object", "required": ["city"], "properties": {"city": CITY}})
     grammar = schema_grammar(frames([tool], get_dialect("tags"), formats=True)[0].schema)
-    assert '"," ( [^,"' in grammar and "{1,%d}" % MAX_PART in grammar, grammar
+    assert '"," ( ( [^,"' in grammar and "{1,%d}" % MAX_PART in grammar, grammar
 
 
 def test_the_vllm_grammar_holds_a_value_to_it():

@@ -239,16 +239,3 @@ def _function_choice(choice: Any) -> Any:
         return {**choice, "allowed_tools": {**allowed, "tools": listed}}
     return choice
 
-
-def as_text_tools(tools: Any) -> bool:
-    """A Responses body's custom tools with a grammar rewritten in place as free-text ones whose description
-    shows the grammar: for a route that refuses grammars (vLLM's), once the plan holding the grammar is made.
-    Whether any was."""
-    changed = False
-    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
-        if isinstance(tool, dict) and tool.get("type") == "custom" and read_format(tool.get("format"),
-                                                                                    f"tools[{i}]")[0] != "text":
-            shown = as_function(tool.get("name"), tool.get("description"), tool["format"], f"tools[{i}]")
-            tools[i] = {**tool, "description": shown["function"]["description"], "format": {"type": "text"}}
-            changed = True
-    return changed

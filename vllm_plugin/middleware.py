@@ -30,7 +30,6 @@ from typing import Any, Callable
 from toolbridge.engine import (DIALECT_ENV, EFFORT_BUDGETS, BadRequest, Memo, ToolRequest, allowed_choice,
                                check_environment, read_stock, renders_tools, served_dialect)
 from toolbridge.apis import responses, validate
-from toolbridge.custom import as_text_tools
 from toolbridge.serving import again, cut
 from toolbridge.serving.asgi import CHAT_PATH, MESSAGES_PATH, CheckMiddleware, Passed
 from toolbridge.serving.shape import CHAT, MESSAGES, RESPONSES
@@ -77,7 +76,7 @@ class RequestCheck(CheckMiddleware):
         (toolbridge.serving.asgi.check_responses, with the request's own options) and handed on."""
         validate.responses_body(data)
         added = hand_on(data, body_plan(responses.chat_request(data), self.tool_trained))
-        if as_text_tools(data.get("tools")):  # vLLM's route refuses a grammar; the plan holds it
+        if responses.grammars_as_text(data.get("tools")):  # vLLM's route refuses a grammar; the plan holds it
             added = None
         return Passed(added=added) if added is not None else True
 

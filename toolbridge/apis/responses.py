@@ -197,6 +197,20 @@ def chat_tools(tools: Any) -> list[dict]:
     return out
 
 
+def grammars_as_text(tools: Any) -> bool:
+    """A Responses body's custom tools with a grammar rewritten in place as free-text ones whose description
+    shows the grammar: for a route that refuses grammars (vLLM's), once the plan holding the grammar is made.
+    Whether any was."""
+    changed = False
+    for i, tool in enumerate(tools if isinstance(tools, list) else ()):
+        if isinstance(tool, dict) and tool.get("type") == "custom" and \
+                custom.read_format(tool.get("format"), f"tools[{i}]")[0] != "text":
+            shown = custom.as_function(tool.get("name"), tool.get("description"), tool["format"], f"tools[{i}]")
+            tools[i] = {**tool, "description": shown["function"]["description"], "format": {"type": "text"}}
+            changed = True
+    return changed
+
+
 def _function(tool: Mapping, name: str | None = None) -> dict:
     fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if tool.get(k) is not None}
     if name is not None:

@@ -33,8 +33,10 @@ _NOT_CATEGORY = {C.CATEGORY_NOT_DIGIT: "0-9", C.CATEGORY_NOT_WORD: "a-zA-Z0-9_",
 _BEGIN = (C.AT_BEGINNING, C.AT_BEGINNING_STRING)
 _END = (C.AT_END, C.AT_END_STRING)
 # Characters a JSON string holds only as escapes that patterns commonly admit (code, multi-line text): where the
-# pattern admits one, its escape is allowed.
+# pattern admits one, its escape is allowed. `.` and negated classes admit a quote, a backslash and a tab but no
+# newline (a subset of what they match: a line stays one line); a class that names a newline (`\s`, `\n`) admits it.
 ESCAPED = '"\\\t\n'
+NEGATED_ESCAPED = '"\\\t'
 _CATEGORY_RE = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
                 C.CATEGORY_NOT_SPACE: r"\S", C.CATEGORY_WORD: r"\w", C.CATEGORY_NOT_WORD: r"\W"}
 MAX_COUNT = 1000  # larger bounded repeats are written as unbounded ones
@@ -91,10 +93,10 @@ def _seq(items) -> str:
 
 
 def _node(op, av) -> str:
-    if op is C.ANY:  # any character but a newline
-        return _with_escapes(ANY_SAFE, [c for c in ESCAPED if c != "\n"])
+    if op is C.ANY:
+        return _with_escapes(ANY_SAFE, NEGATED_ESCAPED)
     if op is C.NOT_LITERAL:
-        return _with_escapes(f"[^{_class_char(chr(av))}{_UNSAFE}]", [c for c in ESCAPED if c != chr(av)])
+        return _with_escapes(f"[^{_class_char(chr(av))}{_UNSAFE}]", [c for c in NEGATED_ESCAPED if c != chr(av)])
     if op is C.IN:
         return _in(av)
     if op is C.SUBPATTERN:
@@ -140,7 +142,7 @@ def _in(items) -> str:
         else:
             raise Unsupported(f"class item {op} {av}")
     if negate:
-        return _with_escapes(f"[^{_class(ranges)}{_UNSAFE}]", [c for c in ESCAPED if not _has(items, c)])
+        return _with_escapes(f"[^{_class(ranges)}{_UNSAFE}]", [c for c in NEGATED_ESCAPED if not _has(items, c)])
     escaped = [json_string(json_escape(c)) for c in ESCAPED if _has(items, c)]
     safe = _class(_safe_ranges(ranges))
     alts = ([f"[{safe}]"] if safe else []) + negated_cats + escaped
