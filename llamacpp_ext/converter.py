@@ -80,7 +80,7 @@ class ToolSchemaConverter(ConverterBase):
                 self.set_rule(name, got)
         return name
 
-    # -- patterns: translated from Python's parse of the regex (see regex.py) ----------------
+    # -- patterns: translated from Python's parse of the regex (toolbridge.constrain.pattern) ----------------
     def visit_pattern(self, pattern: str, name: str) -> str:
         char = self.primitive("char")
         try:
