@@ -6,7 +6,8 @@ An adapter makes a request's plan once (`check` and `plan`, or `prepare`: a `Too
 `BadRequest`; the options as the server started, `check_environment`) and translates it into its
 engine's terms: the prompt (the stock template `wrap`ped and `compile_template`d, the plan's
 `tools_instruction`), the stops, the triggers and call frames its grammar or structural tag is made of
-(`Entry`, `entries`, `Frame`, `frames`, `separator`, `constrain` for the fallback), and the answer's
+(`Entry`, `entries`, `Frame`, `frames`, `separator`, `constrain` for the fallback; a pattern as GBNF,
+`pattern_to_gbnf`, and a custom tool's arguments, `input_grammar`), and the answer's
 per-token rules over the engine's `Vocabulary`: one `AnswerRules` per answer (the thinking, the steering,
 the call guard, the end after calls), made by the plan (`ToolRequest.rules`, or packed for a logits
 processor by `ToolRequest.logit_args` and unpacked by `AnswerRules.unpack`), which the engine's loop feeds
