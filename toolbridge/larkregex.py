@@ -2,8 +2,8 @@
 
 OpenAI's custom tools may hold their input to a Lark grammar (`format: {"type": "grammar", "syntax":
 "lark", "definition": ...}`). Both engines here constrain a call's input through a JSON-schema string
-`pattern`, which xgrammar and toolbridge's own GBNF pattern translator (toolbridge.constrain.pattern) both take,
-so a grammar becomes one regex. Rules and terminals are inlined; a recursive rule is expanded to a
+`pattern`, drawn by toolbridge's own GBNF pattern translator (toolbridge.constrain.pattern) on both, so a grammar
+becomes one regex. Rules and terminals are inlined; a recursive rule is expanded to a
 bounded depth, and what would recurse further is dropped. The regex is therefore a subset of the
 grammar's language (all of it when the grammar is regular): sound, never free text.
 
