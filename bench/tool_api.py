@@ -26,6 +26,8 @@ import jsonschema
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from answer_start import PLAIN, TOOL, TOOLS  # noqa: E402
 
+from toolbridge.custom import follows  # noqa: E402
+
 NAMES = [t["function"]["name"] for t in TOOLS]
 FINAL = {"type": "object", "properties": {"answer": {"type": "string", "maxLength": 200}}, "required": ["answer"],
          "additionalProperties": False}
@@ -106,21 +108,6 @@ GRAMMARS = [
      ["Set the city to Paris and the unit to C.", "Turn the volume to 7.", "Set mode to dark and font size to 12.",
       "Change the language to en.", "Set retries to 3 and timeout to 30."]),
 ]
-
-
-def follows(syntax: str, definition: str, text: str) -> bool:
-    """Whether a custom tool's input follows its grammar (Python's re, the lark library)."""
-    import re
-
-    import lark
-
-    if syntax == "regex":
-        return re.fullmatch(definition, text) is not None
-    try:
-        lark.Lark(definition, start="start").parse(text)
-        return True
-    except lark.exceptions.LarkError:
-        return False
 
 
 def custom_tools(client, model: str) -> list[dict]:

@@ -841,19 +841,11 @@ CUSTOM_ASKS = {  # a tool per syntax and the question that calls it
 
 
 def custom_ok(name: str, text: str) -> bool:
-    """Whether a custom tool's input follows its grammar (Python's re, the lark library)."""
-    import re
-
-    import lark
+    """Whether a custom tool's input follows its grammar (toolbridge.custom.follows: Python's re, the lark library)."""
+    from toolbridge.custom import follows
 
     syntax, definition, _ = CUSTOM_ASKS[name]
-    if syntax == "regex":
-        return re.fullmatch(definition, text) is not None
-    try:
-        lark.Lark(definition, start="start").parse(text)
-        return True
-    except lark.exceptions.LarkError:
-        return False
+    return follows(syntax, definition, text)
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])

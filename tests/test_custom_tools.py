@@ -175,3 +175,17 @@ def test_a_streamed_custom_call_is_its_whole_input_for_any_split(text, sizes, by
     assert fragments[0]["type"] == "custom" and fragments[0]["custom"]["name"] == "zip"
     assert all("function" not in f for f in fragments)
     assert "".join(f["custom"]["input"] for f in fragments) == text
+
+
+def test_a_regex_the_translator_cannot_draw_is_a_400_not_free_text():
+    """What both engines draw a pattern with decides: a class with no character a JSON string holds raw or as an
+    escape the translator writes is refused, where a check of its own would have passed it."""
+    with pytest.raises(BadRequest) as e:
+        custom.as_function("t", "", {"type": "grammar", "syntax": "regex", "definition": "[\\x00-\\x08]+"}, "tools[0]")
+    assert "character class" in e.value.message and e.value.param == "tools[0].format.definition"
+
+
+def test_follows_reads_a_grammar_as_its_own_tools_do():
+    assert custom.follows("regex", "[0-9]{5}", "90210") and not custom.follows("regex", "[0-9]{5}", "902101")
+    assert custom.follows("lark", WEATHER["definition"], "rainy")
+    assert not custom.follows("lark", WEATHER["definition"], "Paris")

@@ -2,9 +2,9 @@
 
 Both engines serve such a tool as what they already constrain: a function of one string argument, `input`.
 A grammar rides in that argument's JSON schema as a `pattern`: a regex as the client gave it, a Lark grammar
-turned into one regex (toolbridge.larkregex). So the call's input is held to the grammar wherever a call's
-arguments are held to their schema (xgrammar's JSON schema on vLLM, llamacpp_ext's pattern translator on
-llama.cpp), checked by the parser's schema check like any argument, and read back as the call's input. The
+turned into one regex (toolbridge.larkregex). One translator draws that pattern on both engines
+(toolbridge.constrain.pattern: inside llama.cpp's GBNF, and as a grammar element of vLLM's structural tag,
+`input_grammar`); a grammar it cannot draw is a 400. The input is read back from the call's arguments. The
 tool's description shows the model the grammar as the client wrote it.
 
 Chat Completions has no such function shape in its request models (vLLM's, llama-cpp-python's): `shim_chat`
@@ -17,24 +17,19 @@ import json
 import re
 from typing import Any, Mapping
 
-from .constrain.pattern import pattern_to_gbnf
+from .constrain.pattern import Unsupported, pattern_to_gbnf
 from .errors import BadRequest
 from .larkregex import GrammarError, lark_to_regex
 
-try:  # Python 3.11+ (sre_parse/sre_constants still exist there, but warn on import)
-    import re._constants as C  # noqa: N812 - the names of the sre opcodes
+try:  # Python 3.11+ (sre_parse still exists there, but warns on import)
     import re._parser as sre_parse
 except ImportError:  # Python 3.10
-    import sre_constants as C  # noqa: N812
     import sre_parse
 
 INPUT = "input"
 TEXT_PARAMETERS = {"type": "object", "properties": {INPUT: {
     "type": "string", "description": "The freeform text payload for this tool."}}, "required": [INPUT]}
 SYNTAXES = ("regex", "lark")
-# Regex constructs neither engine's translator takes: a grammar using one is refused, never served as free text.
-_REFUSED = {C.ASSERT: "lookahead/lookbehind", C.ASSERT_NOT: "negative lookahead/lookbehind",
-            C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group", C.AT: "anchor inside the pattern"}
 
 
 def as_function(name: Any, description: Any, fmt: Any, where: str) -> dict:
@@ -89,43 +84,25 @@ def input_pattern(syntax: str, definition: str, where: str) -> str:
                              code="invalid_grammar") from None
     else:
         regex = _unanchored(definition)
-    refused = refused_construct(regex)
-    if refused is not None:
-        raise BadRequest(f"{where}: the {syntax} grammar uses a {refused}, which no engine here can constrain.",
-                         param=f"{where}.definition", code="invalid_grammar")
-    return f"^(?:{regex})$"
-
-
-def refused_construct(regex: str) -> str | None:
-    """What in `regex` the engines' regex translators cannot take (or why it is no regex), else None."""
+    pattern = f"^(?:{regex})$"
+    refused = _refused_flag(regex)
     try:
-        tree = sre_parse.parse(regex)
-    except re.error as e:
-        return f"malformed regex ({e})"
-    if tree.state.flags & (re.IGNORECASE | re.VERBOSE | re.MULTILINE | re.DOTALL):
-        return "flag"
-    return _refused_in(list(tree))
+        pattern_to_gbnf(pattern)  # what both engines draw the pattern with: what it cannot draw is refused
+    except Unsupported as e:
+        refused = refused or str(e)
+    if refused is not None:
+        raise BadRequest(f"{where}: the {syntax} grammar cannot be constrained by any engine here: {refused}.",
+                         param=f"{where}.definition", code="invalid_grammar")
+    return pattern
 
 
-def _refused_in(items: list) -> str | None:
-    for op, av in items:
-        if op in _REFUSED:
-            return _REFUSED[op]
-        if op is C.SUBPATTERN:
-            if av[1] or av[2]:
-                return "inline flag"
-            found = _refused_in(list(av[3]))
-        elif op is C.BRANCH:
-            found = next((r for alt in av[1] if (r := _refused_in(list(alt))) is not None), None)
-        elif op in (C.MAX_REPEAT, C.MIN_REPEAT, getattr(C, "POSSESSIVE_REPEAT", None)):
-            found = _refused_in(list(av[2]))
-        elif op is getattr(C, "ATOMIC_GROUP", None):
-            found = _refused_in(list(av))
-        else:
-            found = None
-        if found is not None:
-            return found
-    return None
+def _refused_flag(regex: str) -> str | None:
+    """A flag the regex sets (the translator draws `.` and anchors as if it set none), else None."""
+    try:
+        flags = sre_parse.parse(regex).state.flags
+    except re.error:
+        return None  # the translator names it
+    return "flag" if flags & (re.IGNORECASE | re.VERBOSE | re.MULTILINE | re.DOTALL) else None
 
 
 def _unanchored(regex: str) -> str:
@@ -151,6 +128,20 @@ def input_grammar(schema: Any) -> str | None:
     body = pattern_to_gbnf(prop["pattern"], any_char="char")
     return ('root ::= "{" [ ]? "\\"input\\"" [ ]? ":" [ ]? "\\"" ' + body + ' "\\"" [ ]? "}"\n'
             'char ::= [^"\\\\\\x00-\\x1F] | "\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})\n')
+
+
+def follows(syntax: str, definition: str, text: str) -> bool:
+    """Whether `text` follows a custom tool's grammar as the grammar's own tools read it (Python's `re`, whole; the
+    lark library's Earley parser): a check independent of the regex the engines hold the input to."""
+    import lark
+
+    if syntax == "regex":
+        return re.fullmatch(definition, text) is not None
+    try:
+        lark.Lark(definition, start="start").parse(text)
+        return True
+    except lark.exceptions.LarkError:
+        return False
 
 
 def decode_input(arguments: str) -> str:

@@ -39,6 +39,9 @@ ESCAPED = '"\\\t\n'
 NEGATED_ESCAPED = '"\\\t'
 _CATEGORY_RE = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
                 C.CATEGORY_NOT_SPACE: r"\S", C.CATEGORY_WORD: r"\w", C.CATEGORY_NOT_WORD: r"\W"}
+# What has no GBNF translation, named as a client would name it
+_REFUSED = {C.ASSERT: "lookahead/lookbehind", C.ASSERT_NOT: "negative lookahead/lookbehind",
+            C.GROUPREF: "backreference", C.GROUPREF_EXISTS: "conditional group", C.AT: "anchor inside the pattern"}
 MAX_COUNT = 1000  # larger bounded repeats are written as unbounded ones
 
 
@@ -55,7 +58,7 @@ def pattern_to_gbnf(pattern: str, any_char: str = "char") -> str:
     try:
         tree = sre_parse.parse(pattern)
     except re.error as e:
-        raise Unsupported(f"invalid pattern {pattern!r}: {e}") from None
+        raise Unsupported(f"malformed regex {pattern!r}: {e}") from None
     if tree.state.flags & (re.IGNORECASE | re.VERBOSE):
         raise Unsupported("pattern flags")
     items = list(tree)
@@ -121,7 +124,7 @@ def _node(op, av) -> str:
         return inner + ("{%d,}" % lo if hi is None else "{%d}" % lo if lo == hi else "{%d,%d}" % (lo, hi))
     if op is getattr(C, "ATOMIC_GROUP", None):
         return "( " + (_seq(av) or '""') + " )"
-    raise Unsupported(f"pattern construct {op}")
+    raise Unsupported(_REFUSED.get(op, f"pattern construct {op}"))
 
 
 def _in(items) -> str:
