@@ -151,15 +151,15 @@ def llama_server_binary() -> str:
 LOAD_STREAMS, LOAD_TOOLS = 16, 50
 
 
-def check_load(base_url: str, model: str, streams: int = LOAD_STREAMS) -> None:
-    """`streams` concurrent streams (16) with 50 real tools (half must call), then without tools: every
-    stream completes, every call is schema-valid, none is starved once it has started (the
-    longest gap between chunks). Prints the figures."""
+def check_load(base_url: str, model: str, streams: int = LOAD_STREAMS, tools: int = LOAD_TOOLS) -> None:
+    """`streams` concurrent streams (16) with `tools` real tools (50; half the streams must call), then
+    without tools: every stream completes, every call is schema-valid, none is starved once it has
+    started (the longest gap between chunks). Prints the figures."""
     from bench.load import load_tools, run, summary
 
-    loaded = run(base_url, model, streams, load_tools(LOAD_TOOLS), max_tokens=64)
+    loaded = run(base_url, model, streams, load_tools(tools), max_tokens=64)
     plain = run(base_url, model, streams, None, max_tokens=64)
-    print("\n" + summary(f"{LOAD_TOOLS} tools", loaded) + "\n" + summary("no tools", plain))
+    print("\n" + summary(f"{tools} tools", loaded) + "\n" + summary("no tools", plain))
     print(f"output tokens/s with tools / without: {loaded['tokens_per_s'] / plain['tokens_per_s']:.1%} overall, "
           f"{loaded['stream_tokens_per_s'] / plain['stream_tokens_per_s']:.1%} per stream once started")
     for r in (loaded, plain):
@@ -308,9 +308,10 @@ SCALEOUT_ENV = {"VLLM_CPU_KVCACHE_SPACE": "2"}
 
 def qwen_llamacpp(env: dict | None = None) -> Server:
     """`python -m llamacpp_ext` serving the Qwen GGUF with nothing else given (`env`: toolbridge's
-    options by environment variable, over WORD_CHECKS)."""
+    options by environment variable, over WORD_CHECKS). One thread: the pool starts vLLM servers beside it,
+    and two threads on two busy cores wait on each other (a required call took 74 s in the suite, 5 s alone)."""
     require("llama_cpp")
-    return llamacpp_ext("--model", str(qwen_gguf()), "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2",
+    return llamacpp_ext("--model", str(qwen_gguf()), "--n_ctx", "4096", "--n_threads", "1", "--n_threads_batch", "1",
                         "--verbose", "false", env={**WORD_CHECKS, **(env or {})}, timeout=600)
 
 
