@@ -400,7 +400,7 @@ def test_load_4_streams_with_20_tools(server):
     """Requests queue for the one model (llama-cpp-python serves them in turn): all complete,
     calls are valid, and a stream, once started, is never left waiting. Four streams and 20 tools,
     not vLLM's sixteen and 50: answered one at a time, each stream more only adds its 64 tokens to the
-    queue, and on one thread the 50 tools' 7.4k-token prompt alone took most of 4 minutes."""
+    queue, and on one thread the 50 tools' 7.4k-token prompt was most of the check's 4 to 5 minutes."""
     check_load(server.base_url, "smol", streams=4, tools=20)
 
 
