@@ -1,8 +1,8 @@
 """End to end: toolbridge in vLLM's scale-out modes (CPU build, SmolLM2-135M-Instruct), through
 vLLM's own CLI run by `python -m vllm_plugin.cli` (docs/vllm-scale-out.md):
 
-- `serve --api-server-count 2`: two API-server processes in front of one engine;
-- `serve --data-parallel-size 2`: two engines (and, by vLLM's default, two API servers);
+- `serve --data-parallel-size 2`: two engines and, by vLLM's default, two API-server processes, which
+  also covers `--api-server-count 2` (several API servers in front of the engines);
 - the render / generate / derender split: `launch render` (prompt rendering and adjust_request in
   `/v1/chat/completions/render`, parsing in `/v1/chat/completions/derender`, no engine) and a
   generate service (`serve --enable-scale-out`: `/inference/v1/generate`, tokens in, tokens out),
@@ -13,10 +13,10 @@ calls constrained (required and named always a schema-valid call of the right to
 steering and the call guard (vllm_xargs -> SamplingParams.extra_args) reaching the engine's logits
 processor, the model's markup never in content.
 
-Each mode is one deployment of the session's pool (tests/servers.py: `scaleout_api2`, `scaleout_dp2`,
-`scaleout_split`). Tests are grouped by mode, in file order; the pool starts a mode's deployment in the
-background while the tests before it run, and stops each after its last test. A mode that failed to
-start fails its other tests at once (no second start).
+Each mode is one deployment of the session's pool (tests/servers.py: `scaleout_dp2`, `scaleout_split`).
+Tests are grouped by mode, in file order; the pool starts a mode's deployment in the background while
+the tests before it run, and stops each after its last test. A mode that failed to start fails its
+other tests at once (no second start).
 """
 from __future__ import annotations
 
@@ -61,13 +61,6 @@ CLOSE_QID = "c13"
 
 # -- deployments: the session's pool (tests/servers.py) ---------------------------------------------
 # every mode runs SmolLM2 (MODEL_FLAGS there) with test_vllm_e2e's flags (TOOLBRIDGE_FLAGS there)
-
-@pytest.fixture
-def api2(scaleout_api2):
-    """`vllm serve --api-server-count 2` with test_vllm_e2e's flags (plus a header naming the process)."""
-    require("vllm")
-    return scaleout_api2.servers[0]
-
 
 @pytest.fixture
 def dp2(scaleout_dp2):
@@ -276,17 +269,18 @@ def check_matrix(server: Server) -> None:
     check_spread(server, {a.pid for a in [*cells.values(), *close.values()]})
 
 
-# -- several API-server processes, one engine ---------------------------------------------------
+# -- data-parallel engines behind two API-server processes ---------------------------------------------
 
-def test_api_servers_chat_matrix(api2):
+def test_data_parallel_chat_matrix(dp2):
     """Every tool choice, streamed and not, a result turn, the steering and the guard, all at once
-    over both API-server processes: every answer right, whichever process rendered and parsed it."""
-    check_matrix(api2)
+    over two API-server processes and two engines (each with its own logits processor): every answer
+    right, whichever process rendered and parsed it and whichever engine generated it."""
+    check_matrix(dp2)
 
 
-def test_api_servers_load(api2):
-    """tests/servers.py check_load (16 streams, 50 tools; then no tools) through two API servers."""
-    check_load(api2.base_url, "smollm2")
+def test_data_parallel_load(dp2):
+    """tests/servers.py check_load (16 streams, 50 tools; then no tools) through two API servers and two engines."""
+    check_load(dp2.base_url, "smollm2")
 
 
 # the agent APIs (tests/agent_apis.py), on vLLM's own /v1/responses and /v1/messages routes
@@ -296,21 +290,13 @@ from agent_apis import (test_messages_result_turn, test_messages_tool_choice,  #
 
 
 @pytest.fixture(scope="module")
-def api_root(scaleout_api2):
-    return f"http://127.0.0.1:{scaleout_api2.servers[0].port}"
+def api_root(scaleout_dp2):
+    return f"http://127.0.0.1:{scaleout_dp2.servers[0].port}"
 
 
 @pytest.fixture(scope="module")
 def api_model():
     return "smollm2"
-
-
-# -- data-parallel engines --------------------------------------------------------------------------
-
-def test_data_parallel_chat_matrix(dp2):
-    """The same matrix over `--data-parallel-size 2`: two engines (each with its own logits
-    processor) behind two API servers."""
-    check_matrix(dp2)
 
 
 # -- render / generate / derender -------------------------------------------------------------------
