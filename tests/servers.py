@@ -230,7 +230,9 @@ class ServedBy:
 
 # -- the models the servers serve: made once (downloaded, joined, converted), one thread at a time ---
 
-_MODELS = threading.Lock()
+# A GGUF is fetched and joined under one lock, a Hugging Face copy converted under another: a test that
+# needs only the GGUF does not wait for a conversion (gemma's took the suite 42 s of waiting)
+_GGUFS, _HF_COPIES = threading.Lock(), threading.Lock()
 CHATML = ROOT / "templates" / "chatml.jinja"
 GEMMA = ROOT / "templates" / "gemma.jinja"
 
@@ -255,27 +257,29 @@ def smollm2_hf() -> Path:
         return Path(os.environ[SMOLLM2_TOKENIZER])
     from toolbridge.serving.models import hf_copy
 
-    with _MODELS:
+    with _HF_COPIES:
         return hf_copy()
 
 
 def qwen_gguf() -> Path:
-    with _MODELS:
+    with _GGUFS:
         return _bench("qwen").gguf_path()
 
 
 def qwen_hf() -> Path:
-    with _MODELS:
+    qwen_gguf()
+    with _HF_COPIES:
         return _bench("qwen").hf_copy()
 
 
 def gemma_gguf() -> str:
-    with _MODELS:
+    with _GGUFS:
         return str(_bench("pypi_gguf").gguf_path("gemma"))
 
 
 def gemma_hf() -> Path:
-    with _MODELS:
+    gemma_gguf()
+    with _HF_COPIES:
         return _bench("pypi_gguf").hf_copy("gemma")
 
 

@@ -6,8 +6,9 @@
   while a long prompt is still being evaluated.
 - A server told to stop (SIGTERM) stops within seconds, whatever it is generating, and a client still
   reading gets its API's error, not a bare cut.
-- A short soak (bench/soak.py): mixed traffic with hang-ups and hostile bodies, no 5xx, no hang,
-  no invalid call.
+- A short soak (bench/soak.py): two minutes of mixed traffic with hang-ups and hostile bodies, no 5xx,
+  no hang, no invalid call. It runs on a server of its own, in the background from the session's start
+  (the session's pool), on the core the unit tests leave idle; its test reads the outcome.
 
 The long answers come from SmolLM2-135M asked for a long text at temperature 0 with `max_tokens`
 LONG (about 20 s of generation on an idle 2-core machine); a hang-up comes HANG_UP seconds in.
@@ -15,7 +16,9 @@ LONG (about 20 s of generation on an idle 2-core machine); a hang-up comes HANG_
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -24,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from servers import LLAMACPP_SMOL_FLAGS, ROOT, llamacpp_ext, require
+from servers import LLAMACPP_SMOL_FLAGS, POOL, ROOT, llamacpp_ext, require
 
 pytestmark = [pytest.mark.e2e]
 
@@ -47,12 +50,13 @@ def long_body(api: str, model: str, stream: bool, max_tokens: int = LONG, conten
 
 
 def hang_up(base_url: str, api: str, body: dict, after: float = HANG_UP) -> None:
-    """Send `body` and close the connection `after` seconds in (a stream: after reading for that long)."""
+    """Send `body` and close the connection `after` seconds in (a stream: after reading for that long, or
+    after waiting that long for its first bytes, which wait for the prompt)."""
     url = base_url + API_PATHS[api]
     with httpx.Client() as client:
         try:
             if body.get("stream"):
-                with client.stream("POST", url, json=body, timeout=httpx.Timeout(30, connect=10)) as r:
+                with client.stream("POST", url, json=body, timeout=httpx.Timeout(30, connect=10, read=after)) as r:
                     assert r.status_code == 200, r.read()
                     end = time.monotonic() + after
                     for _ in r.iter_bytes():
@@ -238,13 +242,33 @@ def test_vllm_a_client_that_hangs_up_leaves_the_engine(vllm, api, stream):
 
 # -- the soak, short ---------------------------------------------------------------------------------
 
+SOAK_MINUTES = 2
+
+
+def soak_run() -> tuple[int, str]:
+    """bench/soak.py's mix for SOAK_MINUTES against a `python -m llamacpp_ext` of its own: (exit status, output)."""
+    require("llama_cpp")
+    with llamacpp_ext(*LLAMACPP_SMOL_FLAGS) as server:
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / "soak.py"), "--base-url", server.base_url,
+                            "--model", "smollm2", "--minutes", str(SOAK_MINUTES), "--every", "30", "--warmup", "30",
+                            "--pid", str(server.proc.pid), "--hang", "120"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=SOAK_MINUTES * 60 + 300,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return r.returncode, r.stdout + r.stderr
+
+
+# Run by the session's pool (tests/servers.py) from the session's start, beside the unit tests
+POOL.define("soak_llamacpp", soak_run, memory=False, early=True, stop=lambda run: None)
+
+
+@pytest.fixture(scope="module")
+def soak_llamacpp() -> tuple[int, str]:
+    return POOL.get("soak_llamacpp")
+
+
 @pytest.mark.llamacpp
-def test_a_short_soak_on_llamacpp(llamacpp):
+def test_a_short_soak_on_llamacpp(soak_llamacpp):
     """Two minutes of bench/soak.py's mix: no 5xx, no hang, no invalid call."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    import soak
-
-    status = soak.main(["--base-url", llamacpp.base_url, "--model", "smollm2", "--minutes", "2", "--every", "30",
-                        "--warmup", "30", "--pid", str(llamacpp.proc.pid), "--hang", "120"])
-    assert status == 0
-
+    status, output = soak_llamacpp
+    print(output)
+    assert status == 0, output[-4000:]

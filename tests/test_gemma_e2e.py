@@ -74,11 +74,11 @@ SHARED_BY_PARAM = {"served": SERVERS}  # for tests/conftest.py's plan: which tes
 
 
 @pytest.fixture(scope="module", params=[pytest.param("llamacpp", marks=pytest.mark.llamacpp),
-                                        pytest.param("vllm", marks=pytest.mark.vllm),
-                                        pytest.param("llama-server", marks=pytest.mark.llamaserver)])
+                                        pytest.param("llama-server", marks=pytest.mark.llamaserver),
+                                        pytest.param("vllm", marks=pytest.mark.vllm)])
 def served(request):
     """pytest runs every test on one server before the next; the pool starts the next one meanwhile
-    and stops each after its last test."""
+    and stops each after its last test (vLLM, the slowest to start, last)."""
     name = request.param
     server = POOL.get(SERVERS[name])
     try:
