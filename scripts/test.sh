@@ -25,4 +25,23 @@ export TOOLBRIDGE_VLLM033_VENV
 # llama.cpp's own server, for tests/test_llama_server_e2e.py (built once, ~10 minutes; cached)
 TOOLBRIDGE_LLAMA_SERVER="$(bash scripts/llama_server.sh)"
 export TOOLBRIDGE_LLAMA_SERVER
-exec "$py" -m pytest "$@"
+# The whole suite runs as two pytest processes at once: the fast set (`-m "not e2e"`, one core) beside the
+# end-to-end modules, whose servers and tests leave a core idle for most of the fast set's minutes. Arguments
+# that choose tests (-m, -k, paths) or write a report run one pytest with them as given.
+for arg in "$@"; do
+  case "$arg" in
+    -m|-k|-p|--junitxml*|--junit-xml*|--resultlog*|[!-]*) exec "$py" -m pytest "$@" ;;
+  esac
+done
+fast_log="$(mktemp -t toolbridge-fast-XXXXXX.log)"
+"$py" -m pytest "$@" -m "not e2e" >"$fast_log" 2>&1 &
+fast_pid=$!
+e2e_status=0
+"$py" -m pytest "$@" -m e2e || e2e_status=$?
+fast_status=0
+wait "$fast_pid" || fast_status=$?
+echo "=== the fast set (pytest -m \"not e2e\"), run beside the end-to-end tests above: exit status $fast_status ==="
+cat "$fast_log"
+rm -f "$fast_log"
+echo "scripts/test.sh: end-to-end tests exit status $e2e_status, fast set exit status $fast_status"
+[ "$e2e_status" -eq 0 ] && [ "$fast_status" -eq 0 ]
