@@ -185,6 +185,21 @@ def test_a_regex_the_translator_cannot_draw_is_a_400_not_free_text():
     assert "character class" in e.value.message and e.value.param == "tools[0].format.definition"
 
 
+def test_a_requests_pattern_is_drawn_once(monkeypatch):
+    """The check that refuses what cannot be drawn and the constraint built for the same tool draw its pattern
+    once between them (vLLM: the request check's shim, then adjust_request's structural tag)."""
+    from toolbridge.constrain import pattern
+
+    drawn = []
+    draw = pattern._draw
+    monkeypatch.setattr(pattern, "_draw", lambda *a: drawn.append(a) or draw(*a))
+    fmt = {"type": "grammar", "syntax": "lark", "definition": 'start: "drawn" "-" ("once" | "only")'}
+    function = custom.as_function("t", "", fmt, "tools[0]")
+    grammar = custom.input_grammar(function["function"]["parameters"])
+    assert len(drawn) == 1 and drawn[0][0] == function["function"]["parameters"]["properties"]["input"]["pattern"]
+    assert pattern.pattern_to_gbnf(drawn[0][0]) in grammar
+
+
 def test_follows_reads_a_grammar_as_its_own_tools_do():
     assert custom.follows("regex", "[0-9]{5}", "90210") and not custom.follows("regex", "[0-9]{5}", "902101")
     assert custom.follows("lark", WEATHER["definition"], "rainy")

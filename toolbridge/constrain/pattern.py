@@ -19,6 +19,7 @@ except ImportError:  # Python 3.10
     import sre_parse
 
 from ..jsondata import json_escape, json_string
+from ..memo import Memo
 
 # Characters a JSON string cannot hold raw: the quote, the backslash, control characters.
 _UNSAFE = '"\\\\\\x00-\\x1F'  # in GBNF class syntax: "  \\  \x00-\x1F
@@ -49,12 +50,21 @@ class Unsupported(ValueError):
     """A pattern feature with no GBNF translation (lookaround, backreference, flags...)."""
 
 
+# Drawn patterns: a custom tool's pattern is drawn when its request is checked (a pattern the translator cannot draw
+# is a 400) and again when its constraint is built, in the same process
+_DRAWN: Memo[str] = Memo(256)
+
+
 def pattern_to_gbnf(pattern: str, any_char: str = "char") -> str:
     """A GBNF expression for JSON string content that matches `pattern` (re.search).
 
     `any_char` names the grammar's rule for one JSON string character; it fills the sides of
     an unanchored pattern.
     """
+    return _DRAWN.get((pattern, any_char), lambda: _draw(pattern, any_char))
+
+
+def _draw(pattern: str, any_char: str) -> str:
     try:
         tree = sre_parse.parse(pattern)
     except re.error as e:
