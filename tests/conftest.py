@@ -25,8 +25,8 @@ E2E_ORDER = [
     "test_llamacpp_e2e",
     "test_vllm_e2e",
     "test_faults_e2e",  # hang-ups, SIGTERM and a short soak, on the two servers above while they are up
-    # the parser-level tests on vLLM 0.33, in their own environment: run from the session's start by the pool,
-    # read here, well after (first in the order, its module waited 164 s for them beside the fast set)
+    # the parser-level tests on vLLM 0.33, in their own environment: run by the pool from the session's start,
+    # read here, late enough that the run has ended
     "test_vllm_033",
     "test_llama_server_e2e",
     "test_thinking_vllm_e2e",

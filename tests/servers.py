@@ -177,9 +177,10 @@ def check_load(base_url: str, model: str, streams: int = LOAD_STREAMS, tools: in
 
 # -- vLLM ------------------------------------------------------------------------------------------
 
-# Every vLLM engine of the suite runs eager: on these 2 cores torch.compile made a SmolLM2 start take 78 s
-# (compile cache warm) against 31 s eager, for 13% faster decoding (docs/measurements.md, "The test suite").
+# Every vLLM engine of the suite runs eager: on a CPU, torch.compile makes each start take more than twice as
+# long, for slightly faster decoding (docs/measurements.md, "The test suite").
 EAGER = "--enforce-eager"
+
 
 def vllm_server(model: Path | str, name: str, template: Path, *extra: str, max_model_len: int = 4096,
                 env: dict | None = None) -> Server:
@@ -188,7 +189,8 @@ def vllm_server(model: Path | str, name: str, template: Path, *extra: str, max_m
     port = free_port()
     argv = [PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", name,
             "--host", "127.0.0.1", "--port", str(port), "--max-model-len", str(max_model_len), "--dtype", "bfloat16",
-            EAGER, "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge", "--chat-template", str(template), *extra]
+            EAGER, "--enable-auto-tool-choice", "--tool-call-parser", "toolbridge", "--chat-template", str(template),
+            *extra]
     return Server(argv, port, ready_path="/health", env={"VLLM_CPU_KVCACHE_SPACE": "2", **(env or {})}, timeout=900)
 
 
@@ -231,7 +233,7 @@ class ServedBy:
 # -- the models the servers serve: made once (downloaded, joined, converted), one thread at a time ---
 
 # A GGUF is fetched and joined under one lock, a Hugging Face copy converted under another: a test that
-# needs only the GGUF does not wait for a conversion (gemma's took the suite 42 s of waiting)
+# needs only the GGUF does not wait for another model's conversion
 _GGUFS, _HF_COPIES = threading.Lock(), threading.Lock()
 CHATML = ROOT / "templates" / "chatml.jinja"
 GEMMA = ROOT / "templates" / "gemma.jinja"

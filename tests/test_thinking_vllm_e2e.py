@@ -42,7 +42,7 @@ def vllm_ask(client, question, stream, **kw):
 
 def every_ask(client, **kw) -> list:
     """[(question, answer)] for every question of ASKS, whole and streamed, sent at once: vLLM batches
-    them (one at a time they took 23 s per test on these 2 cores)."""
+    them, where one at a time each waits for the last."""
     jobs = [(q, stream) for q in ASKS for stream in (False, True)]
     with ThreadPoolExecutor(len(jobs)) as pool:
         return list(zip((q for q, _ in jobs), pool.map(lambda job: vllm_ask(client, *job, **kw), jobs)))

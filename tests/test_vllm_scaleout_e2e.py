@@ -280,8 +280,7 @@ def test_data_parallel_chat_matrix(dp2):
 
 def test_data_parallel_load(dp2):
     """tests/servers.py check_load through two API servers and two engines, with 8 streams and 20 tools
-    (then no tools): test_vllm_e2e loads one engine with 16 and 50; two engines sharing two cores took
-    107 s for those."""
+    (then no tools): test_vllm_e2e loads one engine with the full 16 streams and 50 tools."""
     check_load(dp2.base_url, "smollm2", streams=8, tools=20)
 
 
